@@ -1,0 +1,1 @@
+"""Distributed locks for Django on the project's Redis cache."""
