@@ -1,1 +1,149 @@
-"""System checks (filled in by the core work)."""
+"""System checks: a misconfiguration is reported at startup, not as a stack trace later."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from django.conf import settings
+from django.core.checks import CheckMessage, Error, Tags, Warning, register
+from django.core.exceptions import ImproperlyConfigured
+from django.utils.module_loading import import_string
+
+from django_redis_lock.conf import DEFAULTS
+
+_SUPPORTED_BACKENDS = (
+    "django_redis.cache.RedisCache",
+    "django.core.cache.backends.redis.RedisCache",
+)
+
+
+@register(Tags.caches)
+def check_settings(**kwargs: Any) -> list[CheckMessage]:
+    """Check REDIS_LOCK and the cache it points at (without connecting to Redis)."""
+    configured = getattr(settings, "REDIS_LOCK", None)
+    if configured is None:
+        configured = {}
+    if not isinstance(configured, dict):
+        return [
+            Error(
+                "REDIS_LOCK must be a dict.",
+                hint='For example REDIS_LOCK = {"CACHE": "default", "TIMEOUT": 30}.',
+                id="django_redis_lock.E001",
+            )
+        ]
+    options = {**DEFAULTS, **configured}
+    errors: list[CheckMessage] = [
+        Warning(
+            f"REDIS_LOCK has an unknown key {key!r}.",
+            hint=f"Known keys: {', '.join(sorted(DEFAULTS))}.",
+            id="django_redis_lock.W001",
+        )
+        for key in sorted(set(configured) - set(DEFAULTS))
+    ]
+    errors += _check_values(options)
+    errors += _check_cache(options["CACHE"])
+    return errors
+
+
+def _check_values(options: dict[str, Any]) -> list[CheckMessage]:
+    errors: list[CheckMessage] = []
+    for key in ("TIMEOUT", "TOMBSTONE_TIMEOUT"):
+        value = options[key]
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+            or value < 0.001
+        ):
+            errors.append(
+                Error(
+                    f"REDIS_LOCK[{key!r}] must be a positive, finite number of seconds "
+                    f"(at least 0.001), not {value!r}.",
+                    hint="Locks never live forever: a crashed holder must not block for good.",
+                    id="django_redis_lock.E005",
+                )
+            )
+    if not isinstance(options["AUTO_RENEW"], bool):
+        errors.append(
+            Error(
+                f"REDIS_LOCK['AUTO_RENEW'] must be True or False, not {options['AUTO_RENEW']!r}.",
+                id="django_redis_lock.E006",
+            )
+        )
+    namespace = options["KEY_NAMESPACE"]
+    if not isinstance(namespace, str) or not namespace or set(namespace) & set("{}*?[]\\"):
+        errors.append(
+            Error(
+                f"REDIS_LOCK['KEY_NAMESPACE'] must be a non-empty str without braces or glob "
+                f"characters, not {namespace!r}.",
+                hint="Braces would change the Redis Cluster hash tag of lock keys.",
+                id="django_redis_lock.E007",
+            )
+        )
+    return errors
+
+
+def _check_cache(alias: object) -> list[CheckMessage]:
+    if not isinstance(alias, str) or alias not in settings.CACHES:
+        return [
+            Error(
+                f"REDIS_LOCK['CACHE'] is {alias!r}, which is not an alias in CACHES.",
+                hint=f"Use one of: {', '.join(sorted(settings.CACHES))}.",
+                id="django_redis_lock.E002",
+            )
+        ]
+    config = settings.CACHES[alias]
+    backend = _import(config.get("BACKEND", ""))
+    if backend is None or not any(
+        issubclass(backend, supported)
+        for supported in filter(None, map(_import, _SUPPORTED_BACKENDS))
+    ):
+        return [
+            Error(
+                f"The cache {alias!r} ({config.get('BACKEND')}) is not a Redis cache.",
+                hint="Use django-redis or django.core.cache.backends.redis.RedisCache, "
+                "for example as a cache alias of its own for locks.",
+                id="django_redis_lock.E003",
+            )
+        ]
+    client_path = config.get("OPTIONS", {}).get("CLIENT_CLASS")
+    if client_path:
+        client = _import(client_path)
+        shard = _import("django_redis.client.ShardClient")
+        if client is None or (shard is not None and issubclass(client, shard)):
+            return [
+                Error(
+                    f"The cache {alias!r} uses the client {client_path}, which locks cannot use.",
+                    hint="A lock needs all its keys on one server: use django-redis's "
+                    "DefaultClient, HerdClient or SentinelClient.",
+                    id="django_redis_lock.E004",
+                )
+            ]
+    return _check_key_function(alias)
+
+
+def _check_key_function(alias: str) -> list[CheckMessage]:
+    from django_redis_lock.backends import get_backend
+
+    try:
+        listable = get_backend(alias).listable
+    except ImproperlyConfigured as exc:
+        return [Error(str(exc), id="django_redis_lock.E004")]
+    if listable:
+        return []
+    return [
+        Warning(
+            f"The KEY_FUNCTION of cache {alias!r} does not keep key text, so held locks "
+            "cannot be listed (manage.py locks, the admin).",
+            hint="Give locks a cache alias that uses the default KEY_FUNCTION.",
+            id="django_redis_lock.W002",
+        )
+    ]
+
+
+def _import(path: str) -> Any:
+    try:
+        return import_string(path)
+    except ImportError:
+        return None

@@ -1,0 +1,280 @@
+"""How locks reach Redis: the client, key function and scripts of one cache alias.
+
+Supported caches: django-redis ``RedisCache`` (default, herd and Sentinel clients) and
+Django's built-in ``django.core.cache.backends.redis.RedisCache``. The lock talks to the
+cache's raw redis-py client, so it shares the project's connection settings and pools.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import threading
+import weakref
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import redis
+import redis.asyncio
+import redis.asyncio.sentinel
+from django.core.cache import BaseCache, caches
+from django.core.cache.backends.redis import RedisCache as DjangoRedisCache
+from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+from redis.commands.core import AsyncScript, Script
+from redis.sentinel import SentinelConnectionPool
+
+from django_redis_lock import scripts
+from django_redis_lock.conf import lock_settings
+
+# Marks where a lock name sits in a key built by the cache's key function.
+_NAME_MARK = "\x00name\x00"
+# Hex digits of the per-name hash tag: 48 bits keep collisions (harmless) rare.
+_TAG_LENGTH = 12
+# Length of "{<tag>}:l:", the text between the namespace and the name in a lock key.
+_TAG_FRAME = _TAG_LENGTH + 5
+
+# Connection options that mean the same to redis-py's sync and asyncio connections.
+_PORTABLE_OPTIONS = frozenset(
+    {
+        "host",
+        "port",
+        "path",
+        "db",
+        "username",
+        "password",
+        "credential_provider",
+        "socket_timeout",
+        "socket_connect_timeout",
+        "socket_keepalive",
+        "socket_keepalive_options",
+        "retry_on_timeout",
+        "encoding",
+        "encoding_errors",
+        "decode_responses",
+        "client_name",
+        "health_check_interval",
+        "protocol",
+        "ssl_keyfile",
+        "ssl_certfile",
+        "ssl_cert_reqs",
+        "ssl_ca_certs",
+        "ssl_ca_data",
+        "ssl_check_hostname",
+        "ssl_min_version",
+        "ssl_ciphers",
+    }
+)
+
+
+@dataclass(frozen=True)
+class LockKeys:
+    """The Redis keys of one lock; they share a Cluster hash tag so one script can use all."""
+
+    lock: str
+    queue: str
+    waiters: str
+
+    def as_list(self) -> list[str]:
+        """The keys in the order every script takes them."""
+        return [self.lock, self.queue, self.waiters]
+
+
+@dataclass(frozen=True)
+class SyncScripts:
+    """The lock scripts registered on a sync client (EVALSHA, loaded only on NOSCRIPT)."""
+
+    acquire: Script
+    release: Script
+    force_release: Script
+    extend: Script
+
+
+@dataclass(frozen=True)
+class AsyncScripts:
+    """The lock scripts registered on an asyncio client."""
+
+    acquire: AsyncScript
+    release: AsyncScript
+    extend: AsyncScript
+
+
+def _is_django_redis(cache: BaseCache) -> bool:
+    try:
+        from django_redis.cache import RedisCache
+    except ImportError:  # pragma: no cover - django-redis is a dependency
+        return False
+    return isinstance(cache, RedisCache)
+
+
+def redis_client_for(cache: BaseCache) -> redis.Redis:
+    """The raw redis-py client that writes to the primary of ``cache``."""
+    if _is_django_redis(cache):
+        from django_redis.client import ShardClient
+
+        client = cache.client  # type: ignore[attr-defined]
+        if isinstance(client, ShardClient):
+            raise ImproperlyConfigured(
+                "django-redis's ShardClient spreads keys over several servers; "
+                "a lock needs one. Give locks a cache alias with DefaultClient."
+            )
+        result: redis.Redis = client.get_client(write=True)
+        return result
+    if isinstance(cache, DjangoRedisCache):
+        builtin: redis.Redis = cache._cache.get_client(write=True)
+        return builtin
+    raise ImproperlyConfigured(
+        f"{type(cache).__module__}.{type(cache).__qualname__} is not a Redis cache; "
+        "django_redis_lock needs django-redis or django.core.cache.backends.redis.RedisCache."
+    )
+
+
+def _async_client_for(client: redis.Redis) -> redis.asyncio.Redis:
+    """An asyncio client on the same server, database and credentials as ``client``."""
+    pool = client.connection_pool
+    options = {k: v for k, v in pool.connection_kwargs.items() if k in _PORTABLE_OPTIONS}
+    if isinstance(pool, SentinelConnectionPool):
+        manager = pool.sentinel_manager
+        addresses = [s.connection_pool.connection_kwargs for s in manager.sentinels]
+        sentinels = [(address["host"], address["port"]) for address in addresses]
+        sentinel = redis.asyncio.sentinel.Sentinel(  # type: ignore[no-untyped-call]
+            sentinels, sentinel_kwargs=manager.sentinel_kwargs, **options
+        )
+        master: redis.asyncio.Redis = sentinel.master_for(pool.service_name)
+        return master
+    if issubclass(pool.connection_class, redis.UnixDomainSocketConnection):
+        connection_class: type[redis.asyncio.connection.AbstractConnection] = (
+            redis.asyncio.UnixDomainSocketConnection
+        )
+    elif issubclass(pool.connection_class, redis.SSLConnection):
+        connection_class = redis.asyncio.SSLConnection
+    else:
+        connection_class = redis.asyncio.Connection
+    async_pool = redis.asyncio.ConnectionPool(
+        connection_class=connection_class, max_connections=pool.max_connections, **options
+    )
+    return redis.asyncio.Redis(connection_pool=async_pool)
+
+
+class LockBackend:
+    """Everything the lock core needs from one cache alias, built once per alias."""
+
+    def __init__(self, alias: str) -> None:
+        if alias not in caches.settings:
+            raise ImproperlyConfigured(
+                f"REDIS_LOCK uses the cache alias {alias!r}, which is not in CACHES."
+            )
+        cache = caches[alias]
+        self.alias = alias
+        self.client = redis_client_for(cache)
+        self.namespace = lock_settings.KEY_NAMESPACE
+        self._make_key = cache.make_key
+        self.scripts = SyncScripts(
+            acquire=self.client.register_script(scripts.ACQUIRE),
+            release=self.client.register_script(scripts.RELEASE),
+            force_release=self.client.register_script(scripts.FORCE_RELEASE),
+            extend=self.client.register_script(scripts.EXTEND),
+        )
+        self._async: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, tuple[redis.asyncio.Redis, AsyncScripts]
+        ] = weakref.WeakKeyDictionary()
+        self._async_mutex = threading.Lock()
+        self.keys = lru_cache(maxsize=4096)(self._keys)
+        self._frame = self._key_frame()
+
+    def make_key(self, body: str) -> str:
+        """``body`` through the cache's key function (KEY_PREFIX, VERSION, KEY_FUNCTION)."""
+        return str(self._make_key(body))
+
+    def _keys(self, name: str) -> LockKeys:
+        tag = hashlib.blake2b(name.encode(), digest_size=_TAG_LENGTH // 2).hexdigest()
+        # The tag comes first, so braces in the name or the prefix cannot change the slot.
+        base = f"{self.namespace}:{{{tag}}}:"
+        return LockKeys(
+            lock=self.make_key(f"{base}l:{name}"),
+            queue=self.make_key(f"{base}q:{name}"),
+            waiters=self.make_key(f"{base}w:{name}"),
+        )
+
+    def _key_frame(self) -> tuple[str, str] | None:
+        """The text the key function puts before and after a lock name, if it keeps names."""
+        key = self.make_key(f"{self.namespace}:{{{'0' * _TAG_LENGTH}}}:l:{_NAME_MARK}")
+        if key.count(_NAME_MARK) != 1:
+            return None
+        before, after = key.split(_NAME_MARK)
+        return before[:-_TAG_FRAME], after
+
+    @property
+    def listable(self) -> bool:
+        """Whether lock names can be read back from keys (a hashing KEY_FUNCTION hides them)."""
+        return self._frame is not None
+
+    def scan_pattern(self, name_pattern: str) -> str:
+        """A SCAN MATCH pattern for the lock keys whose names match the glob ``name_pattern``."""
+        frame = self._frame
+        if frame is None:
+            raise ImproperlyConfigured(
+                f"The KEY_FUNCTION of cache {self.alias!r} does not keep key text, "
+                "so held locks cannot be listed."
+            )
+        before, after = frame
+        tag = "?" * _TAG_LENGTH
+        return f"{glob_escape(before)}{{{tag}}}:l:{name_pattern}{glob_escape(after)}"
+
+    def name_from_key(self, key: str) -> str:
+        """The lock name inside a lock key found by :meth:`scan_pattern`."""
+        assert self._frame is not None
+        before, after = self._frame
+        return key[len(before) + _TAG_FRAME : len(key) - len(after)]
+
+    def channel(self, process_id: str) -> str:
+        """The pub/sub channel on which grants for one process arrive."""
+        return self.make_key(f"{self.namespace}:wake:{process_id}")
+
+    def async_client(self) -> tuple[redis.asyncio.Redis, AsyncScripts]:
+        """The asyncio client and scripts for the running event loop (one per loop)."""
+        loop = asyncio.get_running_loop()
+        found = self._async.get(loop)
+        if found is None:
+            with self._async_mutex:
+                client = _async_client_for(self.client)
+                found = (
+                    client,
+                    AsyncScripts(
+                        acquire=client.register_script(scripts.ACQUIRE),
+                        release=client.register_script(scripts.RELEASE),
+                        extend=client.register_script(scripts.EXTEND),
+                    ),
+                )
+                self._async[loop] = found
+        return found
+
+
+def glob_escape(text: str) -> str:
+    """``text`` as a Redis glob pattern that matches only itself."""
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
+
+
+_backends: dict[str, LockBackend] = {}
+_backends_mutex = threading.Lock()
+
+
+def get_backend(alias: str | None = None) -> LockBackend:
+    """The backend of cache ``alias`` (None: the REDIS_LOCK CACHE setting)."""
+    alias = lock_settings.CACHE if alias is None else alias
+    backend = _backends.get(alias)
+    if backend is None:
+        with _backends_mutex:
+            backend = _backends.get(alias)
+            if backend is None:
+                backend = _backends[alias] = LockBackend(alias)
+    return backend
+
+
+@receiver(setting_changed)
+def _forget_backends(*, setting: str, **kwargs: Any) -> None:
+    if setting in ("CACHES", "REDIS_LOCK"):
+        with _backends_mutex:
+            _backends.clear()

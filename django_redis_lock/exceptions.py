@@ -1,0 +1,19 @@
+"""The exceptions raised by django_redis_lock."""
+
+from __future__ import annotations
+
+
+class LockError(Exception):
+    """Base class of every error about a lock."""
+
+
+class LockBusy(LockError):
+    """The lock is held by someone else and could not be acquired in time."""
+
+
+class LockNotOwned(LockError):
+    """This Lock object does not hold the lock: never acquired, expired or force-released."""
+
+
+class LockUnavailable(LockError):
+    """Redis could not be reached or answered an error; the cause is chained."""

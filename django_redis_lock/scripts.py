@@ -1,0 +1,160 @@
+"""The Lua scripts that make every lock operation a single atomic round trip.
+
+Every lock has three keys sharing one Redis Cluster hash tag (see ``backends.LockKeys``):
+
+``lock``     a hash. While held: ``s`` secret of the holder's acquisition, ``t`` fencing token,
+             ``o`` owner, ``l`` label, ``a`` acquired-at (server clock, microseconds), ``x``
+             requested TTL (ms); its PTTL is the lease. Once released only ``t`` stays, as a
+             short-lived tombstone that keeps the fencing token increasing.
+``queue``    a sorted set of waiting secrets, scored by arrival time (microseconds): FIFO order.
+``waiters``  a hash: waiting secret -> JSON ``{t: ttl ms, d: deadline ms, o, l, c: channel}``.
+
+Release hands the lock straight to the first live waiter and PUBLISHes the grant on that
+waiter's process channel as ``secret:token:acquired_at``, so the next holder needs no round
+trip of its own. Waiter entries carry a server-side deadline: a waiter that died or gave up
+is skipped and the queue keys expire on their own.
+
+Fencing tokens are ``max(last token + 1, server clock in microseconds)``: strictly increasing
+while the tombstone lives, and past it as long as the Redis server's clock does not go back.
+"""
+
+from __future__ import annotations
+
+# Helpers shared by the scripts that may grant a lock; prepended to their source.
+_PRELUDE = """
+local function now_us()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+local function grant(lock, secret, ttl, owner, label, now)
+  local token = math.max(tonumber(redis.call('HGET', lock, 't') or '0') + 1, now)
+  redis.call('HSET', lock, 's', secret, 't', string.format('%d', token), 'o', owner,
+             'l', label, 'a', string.format('%d', now), 'x', ttl)
+  redis.call('PEXPIRE', lock, ttl)
+  return token
+end
+
+-- The first waiter whose deadline has not passed; dead entries in front of it are dropped.
+local function first_live(queue, waiters, now_ms)
+  while true do
+    local head = redis.call('ZRANGE', queue, 0, 0)[1]
+    if not head then return nil end
+    local raw = redis.call('HGET', waiters, head)
+    if raw then
+      local entry = cjson.decode(raw)
+      if entry.d > now_ms then return head, entry end
+    end
+    redis.call('ZREM', queue, head)
+    redis.call('HDEL', waiters, head)
+  end
+end
+
+-- Give the free lock to the first live waiter and tell its process; false if nobody waits.
+local function hand_over(lock, queue, waiters, now)
+  local secret, entry = first_live(queue, waiters, math.floor(now / 1000))
+  if not secret then return false end
+  redis.call('ZREM', queue, secret)
+  redis.call('HDEL', waiters, secret)
+  local token = grant(lock, secret, entry.t, entry.o, entry.l, now)
+  redis.call('PUBLISH', entry.c, secret .. ':' .. string.format('%d', token) .. ':' ..
+             string.format('%d', now))
+  return true
+end
+
+-- After a release: the next waiter gets the lock, or it becomes a tombstone.
+local function free(lock, queue, waiters, now, tombstone_ms)
+  if not hand_over(lock, queue, waiters, now) then
+    redis.call('HDEL', lock, 's', 'o', 'l', 'a', 'x')
+    redis.call('PEXPIRE', lock, tombstone_ms)
+  end
+end
+"""
+
+# KEYS: lock, queue, waiters
+# ARGV: secret, ttl ms, owner, label, wait ms (0: do not queue; -1: queue until the holder's
+#       lease ends; n: queue for at most n ms), channel, grace ms
+# Returns {1, token, acquired_at_us} when acquired (also when handed over to this secret
+# earlier), else {0, ms until the holder's lease ends}.
+ACQUIRE = (
+    _PRELUDE
+    + """
+local lock, queue, waiters = KEYS[1], KEYS[2], KEYS[3]
+local secret, ttl = ARGV[1], tonumber(ARGV[2])
+local holder = redis.call('HGET', lock, 's')
+if holder == secret then
+  local held = redis.call('HMGET', lock, 't', 'a')
+  return {1, tonumber(held[1]), tonumber(held[2])}
+end
+local now = now_us()
+if not holder then
+  local head = first_live(queue, waiters, math.floor(now / 1000))
+  if not head or head == secret then
+    if head then
+      redis.call('ZREM', queue, secret)
+      redis.call('HDEL', waiters, secret)
+    end
+    return {1, grant(lock, secret, ttl, ARGV[3], ARGV[4], now), now}
+  end
+  -- A lease ran out with waiters queued: the first of them goes before this caller.
+  hand_over(lock, queue, waiters, now)
+end
+local left = redis.call('PTTL', lock)
+local wait = tonumber(ARGV[5])
+if wait == 0 then
+  redis.call('ZREM', queue, secret)
+  redis.call('HDEL', waiters, secret)
+  return {0, left}
+end
+if wait < 0 or wait > left then wait = left end
+local keep = wait + tonumber(ARGV[7])
+redis.call('ZADD', queue, 'NX', string.format('%d', now), secret)
+redis.call('HSET', waiters, secret, cjson.encode({
+  t = ttl, d = math.floor(now / 1000) + keep, o = ARGV[3], l = ARGV[4], c = ARGV[6]}))
+if redis.call('PTTL', queue) < keep then
+  redis.call('PEXPIRE', queue, keep)
+  redis.call('PEXPIRE', waiters, keep)
+end
+return {0, left}
+"""
+)
+
+# KEYS: lock, queue, waiters
+# ARGV: secret, tombstone ms
+# Returns 1 when released, 0 when the secret does not hold the lock.
+RELEASE = (
+    _PRELUDE
+    + """
+if redis.call('HGET', KEYS[1], 's') ~= ARGV[1] then return 0 end
+free(KEYS[1], KEYS[2], KEYS[3], now_us(), ARGV[2])
+return 1
+"""
+)
+
+# KEYS: lock, queue, waiters
+# ARGV: tombstone ms
+# Returns 1 when a held lock was released, 0 when nobody held it.
+FORCE_RELEASE = (
+    _PRELUDE
+    + """
+if redis.call('HEXISTS', KEYS[1], 's') == 0 then return 0 end
+free(KEYS[1], KEYS[2], KEYS[3], now_us(), ARGV[1])
+return 1
+"""
+)
+
+# KEYS: lock
+# ARGV: secret, ms, mode ('add': ms more; 'replace': exactly ms; 'atleast': at least ms)
+# Returns the lease left in ms, or 0 when the secret does not hold the lock.
+EXTEND = """
+if redis.call('HGET', KEYS[1], 's') ~= ARGV[1] then return 0 end
+local ms, mode = tonumber(ARGV[2]), ARGV[3]
+local left = redis.call('PTTL', KEYS[1])
+if mode == 'add' then
+  ms = ms + math.max(left, 0)
+elseif mode == 'atleast' and left >= ms then
+  return left
+end
+redis.call('PEXPIRE', KEYS[1], ms)
+return ms
+"""

@@ -1,0 +1,198 @@
+"""How waiters are woken: one pub/sub connection per process and backend, whatever the waiters.
+
+A waiter queues itself in Redis with its process's channel. The release that hands the lock
+over PUBLISHes ``secret:token:acquired_at`` on that channel; the listener thread looks the
+secret up among the process's tickets and wakes the thread (an Event) or the coroutine (a
+future on its loop) that waits for it. Waiters therefore send nothing while they wait, and
+the number of connections used for waiting stays at one per process.
+
+A grant published while the listener is reconnecting is not lost for good: the waiter wakes
+at the end of its wait slice (at most the holder's lease) and its next attempt finds the lock
+already handed to its secret.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import threading
+import uuid
+from typing import Any, NamedTuple
+
+import redis
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+
+from django_redis_lock.backends import LockBackend
+
+logger = logging.getLogger("django_redis_lock")
+
+# How long one blocking read on the pub/sub connection lasts before checking for a stop.
+_READ_SECONDS = 1.0
+_MAX_BACKOFF_SECONDS = 5.0
+
+
+class Grant(NamedTuple):
+    """A hand-over received from a release: the new hold's fencing token and start time."""
+
+    token: int
+    acquired_at: int
+
+
+class SyncTicket:
+    """A thread's place among the listener's waiters."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self._grant: Grant | None = None
+
+    def grant(self, grant: Grant) -> None:
+        """Called by the listener thread when the lock was handed to this waiter."""
+        self._grant = grant
+        self._event.set()
+
+    def wait(self, seconds: float) -> Grant | None:
+        """The grant, if it arrives within ``seconds``."""
+        self._event.wait(seconds)
+        return self._grant
+
+
+class AsyncTicket:
+    """A coroutine's place among the listener's waiters; woken on its own event loop."""
+
+    def __init__(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._future: asyncio.Future[Grant] = self._loop.create_future()
+
+    def grant(self, grant: Grant) -> None:
+        """Called by the listener thread; hands the grant to the waiter's loop."""
+        # A closed loop raises RuntimeError: its waiter is gone, nobody needs the grant.
+        with contextlib.suppress(RuntimeError):
+            self._loop.call_soon_threadsafe(self._resolve, grant)
+
+    def _resolve(self, grant: Grant) -> None:
+        if not self._future.done():
+            self._future.set_result(grant)
+
+    async def wait(self, seconds: float) -> Grant | None:
+        """The grant, if it arrives within ``seconds``; never blocks the event loop."""
+        await asyncio.wait({self._future}, timeout=seconds)
+        return self._future.result() if self._future.done() else None
+
+
+Ticket = SyncTicket | AsyncTicket
+
+
+class Listener:
+    """The process's subscription to its grant channel on one backend."""
+
+    def __init__(self, backend: LockBackend) -> None:
+        self._client = backend.client
+        self.channel = backend.channel(uuid.uuid4().hex)
+        self.ready = threading.Event()
+        self._tickets: dict[str, Ticket] = {}
+        self._mutex = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def register(self, secret: str, ticket: Ticket) -> None:
+        """Route grants for ``secret`` to ``ticket`` until :meth:`unregister`."""
+        with self._mutex:
+            self._tickets[secret] = ticket
+
+    def unregister(self, secret: str) -> None:
+        """Stop routing grants for ``secret``."""
+        with self._mutex:
+            self._tickets.pop(secret, None)
+
+    def start(self) -> None:
+        """Start the listener thread unless it runs already."""
+        with self._mutex:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._run, name="django_redis_lock-listener", daemon=True
+                )
+                self._thread.start()
+
+    def wait_ready(self, seconds: float) -> bool:
+        """Whether the subscription is in effect within ``seconds``."""
+        return self.ready.wait(seconds)
+
+    def stop(self) -> None:
+        """Ask the thread to end; it does within one read."""
+        self._stop.set()
+
+    def _run(self) -> None:
+        backoff = 0.1
+        while not self._stop.is_set():
+            pubsub = self._client.pubsub()  # type: ignore[no-untyped-call]
+            try:
+                pubsub.subscribe(self.channel)
+                while not self._stop.is_set():
+                    message = pubsub.get_message(timeout=_READ_SECONDS)
+                    if message is None:
+                        continue
+                    if message["type"] == "subscribe":
+                        self.ready.set()
+                        backoff = 0.1
+                    elif message["type"] == "message":
+                        self._dispatch(message["data"])
+            except redis.RedisError as exc:
+                self.ready.clear()
+                if self._stop.is_set():
+                    break
+                logger.warning("Lock wake-up channel lost (%s); reconnecting.", exc)
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, _MAX_BACKOFF_SECONDS)
+            finally:
+                with contextlib.suppress(redis.RedisError):
+                    pubsub.close()
+        self.ready.clear()
+
+    def _dispatch(self, data: bytes | str) -> None:
+        text = data.decode() if isinstance(data, bytes) else data
+        secret, token, acquired_at = text.split(":")
+        with self._mutex:
+            ticket = self._tickets.pop(secret, None)
+        if ticket is not None:
+            ticket.grant(Grant(int(token), int(acquired_at)))
+
+
+_listeners: dict[LockBackend, Listener] = {}
+_listeners_mutex = threading.Lock()
+
+
+def listener_for(backend: LockBackend) -> Listener:
+    """This process's listener on ``backend`` (its thread starts on first :meth:`start`)."""
+    listener = _listeners.get(backend)
+    if listener is None:
+        with _listeners_mutex:
+            listener = _listeners.get(backend)
+            if listener is None:
+                listener = _listeners[backend] = Listener(backend)
+    return listener
+
+
+def _stop_all() -> None:
+    with _listeners_mutex:
+        for listener in _listeners.values():
+            listener.stop()
+        _listeners.clear()
+
+
+@receiver(setting_changed)
+def _forget_listeners(*, setting: str, **kwargs: Any) -> None:
+    if setting in ("CACHES", "REDIS_LOCK"):
+        _stop_all()
+
+
+def _after_fork_in_child() -> None:
+    # The parent's listener threads do not exist here and its sockets are not ours to use.
+    global _listeners, _listeners_mutex
+    _listeners = {}
+    _listeners_mutex = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

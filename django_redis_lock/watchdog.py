@@ -1,0 +1,180 @@
+"""The watchdog: one thread per process keeping auto-renewed locks alive while they are held.
+
+Each hold is renewed at about a third of its TTL (to at least the TTL, never shortening a
+longer ``extend()``). A renewal that finds the lock gone marks the hold lost, sends
+``lock_lost`` and logs a warning. The watchdog keeps only a weak reference to each Lock, so
+a Lock object dropped without release stops being renewed and expires on its own. After
+``fork`` the child starts with an empty watchdog: it never renews its parent's locks.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import os
+import threading
+import time
+import weakref
+from typing import TYPE_CHECKING, Protocol
+
+import redis
+
+from django_redis_lock.backends import LockBackend, LockKeys
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+logger = logging.getLogger("django_redis_lock")
+
+# Renew when this fraction of the TTL has passed since the last renewal.
+RENEW_FRACTION = 1 / 3
+
+
+class Renewable(Protocol):
+    """What the watchdog needs of a lock: a way to tell it that its hold was lost."""
+
+    name: str
+
+    def _mark_lost(self) -> Callable[[], None]: ...
+
+
+class Hold:
+    """One acquisition under the watchdog's care."""
+
+    __slots__ = ("backend", "keys", "last_renewal", "lock", "secret", "ttl_ms")
+
+    def __init__(
+        self, lock: Renewable, backend: LockBackend, keys: LockKeys, secret: str, ttl_ms: int
+    ) -> None:
+        self.lock = weakref.ref(lock)
+        self.backend = backend
+        self.keys = keys
+        self.secret = secret
+        self.ttl_ms = ttl_ms
+        self.last_renewal = time.monotonic()
+
+    @property
+    def interval(self) -> float:
+        """Seconds between renewals."""
+        return self.ttl_ms / 1000 * RENEW_FRACTION
+
+
+class Watchdog:
+    """Renews every registered hold from a single daemon thread."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._active: set[Hold] = set()
+        self._due: list[tuple[float, int, Hold]] = []
+        self._order = itertools.count()
+        self._thread: threading.Thread | None = None
+
+    def add(self, hold: Hold) -> None:
+        """Start renewing ``hold``."""
+        with self._cond:
+            self._active.add(hold)
+            self._schedule(hold, time.monotonic() + hold.interval)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="django_redis_lock-watchdog", daemon=True
+                )
+                self._thread.start()
+
+    def remove(self, hold: Hold) -> None:
+        """Stop renewing ``hold``: no renewal is sent for it after this returns."""
+        with self._cond:
+            self._active.discard(hold)
+
+    def renewing(self, hold: Hold) -> bool:
+        """Whether ``hold`` is still being renewed."""
+        with self._cond:
+            return hold in self._active
+
+    def _schedule(self, hold: Hold, when: float) -> None:
+        heapq.heappush(self._due, (when, next(self._order), hold))
+        if self._due[0][2] is hold:
+            self._cond.notify()
+
+    def _next_batch(self) -> list[Hold]:
+        """Wait until some holds are due and return them."""
+        with self._cond:
+            while True:
+                while self._due and self._due[0][2] not in self._active:
+                    heapq.heappop(self._due)
+                if not self._due:
+                    self._cond.wait()
+                    continue
+                delay = self._due[0][0] - time.monotonic()
+                if delay > 0:
+                    self._cond.wait(delay)
+                    continue
+                batch = []
+                now = time.monotonic()
+                while self._due and self._due[0][0] <= now:
+                    hold = heapq.heappop(self._due)[2]
+                    if hold in self._active:
+                        batch.append(hold)
+                return batch
+
+    def _run(self) -> None:
+        while True:
+            for hold in self._next_batch():
+                self._renew(hold)
+
+    def _renew(self, hold: Hold) -> None:
+        if hold.lock() is None:  # the Lock object is gone: let its lease run out
+            self.remove(hold)
+            return
+        try:
+            left = hold.backend.scripts.extend(
+                keys=[hold.keys.lock], args=[hold.secret, hold.ttl_ms, "atleast"]
+            )
+        except redis.RedisError as exc:
+            self._retry(hold, exc)
+            return
+        if left:
+            with self._cond:
+                if hold in self._active:
+                    hold.last_renewal = time.monotonic()
+                    self._schedule(hold, hold.last_renewal + hold.interval)
+            return
+        self._lose(hold)
+
+    def _retry(self, hold: Hold, exc: Exception) -> None:
+        lease_end = hold.last_renewal + hold.ttl_ms / 1000
+        now = time.monotonic()
+        if now >= lease_end:
+            logger.warning("Could not renew lock %r before its lease ended: %s", hold, exc)
+            self._lose(hold)
+            return
+        logger.warning("Could not renew a lock (%s); retrying before its lease ends.", exc)
+        with self._cond:
+            if hold in self._active:
+                self._schedule(hold, now + min(hold.interval, (lease_end - now) / 2))
+
+    def _lose(self, hold: Hold) -> None:
+        lock = hold.lock()
+        with self._cond:
+            if hold not in self._active:  # released meanwhile: not a loss
+                return
+            self._active.discard(hold)
+            notify = lock._mark_lost() if lock is not None else None
+        if notify is not None:
+            notify()
+
+
+_watchdog = Watchdog()
+
+
+def watchdog() -> Watchdog:
+    """This process's watchdog."""
+    return _watchdog
+
+
+def _after_fork_in_child() -> None:
+    global _watchdog
+    _watchdog = Watchdog()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -1,0 +1,1 @@
+"""A runnable Django project: the demo of django_redis_lock and the settings of its tests."""

@@ -1,0 +1,132 @@
+"""The demo page: see the held locks, take one, release one.
+
+The Lock objects this process acquired are kept in a module-level dict, so that "Release" acts
+through the same object that holds the lock (a compare-and-delete on its secret); a lock taken
+by anyone else is force-released through the manager instead.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from typing import TYPE_CHECKING
+
+from django import forms
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_POST
+
+import django_redis_lock
+
+if TYPE_CHECKING:
+    from django_redis_lock import Lock
+
+MAX_LISTED = 200
+LABEL = "demo page"
+
+# Lock objects acquired by this process, by lock name; runserver serves requests in threads.
+_held: dict[str, Lock] = {}
+_held_guard = threading.Lock()
+
+
+class AcquireForm(forms.Form):
+    """What the "Take a lock" form posts."""
+
+    name = forms.CharField(max_length=200, strip=True)
+    timeout = forms.FloatField(min_value=0.1, max_value=86400, initial=60, label="Timeout (s)")
+
+
+@require_GET
+def index(request: HttpRequest) -> HttpResponse:
+    """List the held locks (at most MAX_LISTED) with the acquire and release forms."""
+    locks = []
+    error = None
+    try:
+        listing = django_redis_lock.get_lock_manager().list()
+        locks = list(itertools.islice(listing, MAX_LISTED + 1))
+    except django_redis_lock.LockUnavailable as exc:
+        error = f"Redis is unavailable: {exc}"
+    truncated = len(locks) > MAX_LISTED
+    locks = locks[:MAX_LISTED]
+    with _held_guard:
+        # Forget holds that expired or were force-released: their token is no longer listed.
+        listed = {(info.name, info.fencing_token) for info in locks}
+        if error is None and not truncated:
+            for name in [n for n, lk in _held.items() if (n, lk.fencing_token) not in listed]:
+                del _held[name]
+        mine = {name for name, lk in _held.items() if (name, lk.fencing_token) in listed}
+    rows = [{"info": info, "mine": info.name in mine} for info in locks]
+    context = {
+        "rows": rows,
+        "error": error,
+        "truncated": truncated,
+        "max_listed": MAX_LISTED,
+        "form": AcquireForm(),
+    }
+    return render(request, "testproject/index.html", context)
+
+
+@require_POST
+def acquire(request: HttpRequest) -> HttpResponseRedirect:
+    """Take a lock without waiting and without auto-renewal; it expires after its timeout."""
+    form = AcquireForm(request.POST)
+    if not form.is_valid():
+        for field, errors in form.errors.items():
+            messages.error(request, f"{field}: {' '.join(str(error) for error in errors)}")
+        return redirect("demo")
+    name: str = form.cleaned_data["name"]
+    timeout: float = form.cleaned_data["timeout"]
+    try:
+        lk = django_redis_lock.lock(
+            name, timeout=timeout, blocking=False, auto_renew=False, label=LABEL
+        )
+        acquired = lk.acquire()
+        holder = None if acquired else django_redis_lock.get_lock_manager().get(name)
+    except django_redis_lock.LockUnavailable as exc:
+        messages.error(request, f"Redis is unavailable: {exc}")
+        return redirect("demo")
+    except (ValueError, TypeError) as exc:
+        messages.error(request, f"Invalid lock: {exc}")
+        return redirect("demo")
+    if acquired:
+        with _held_guard:
+            _held[name] = lk
+        messages.success(
+            request,
+            f"Acquired {name!r} for {timeout:g} s (fencing token {lk.fencing_token}).",
+        )
+    elif holder is not None:
+        messages.warning(request, f"{name!r} is busy: held by {holder.owner} ({holder.label}).")
+    else:
+        messages.warning(request, f"{name!r} is busy.")
+    return redirect("demo")
+
+
+@require_POST
+def release(request: HttpRequest) -> HttpResponseRedirect:
+    """Release through our own Lock object when we hold that hold, else force-release."""
+    name = request.POST.get("name", "")
+    token = request.POST.get("token", "")
+    if not name:
+        messages.error(request, "No lock name given.")
+        return redirect("demo")
+    with _held_guard:
+        lk = _held.get(name)
+        if lk is not None and str(lk.fencing_token) == token:
+            del _held[name]
+        else:
+            lk = None
+    try:
+        if lk is not None:
+            lk.release()
+            messages.success(request, f"Released {name!r}.")
+        elif django_redis_lock.get_lock_manager().release(name):
+            messages.success(request, f"Force-released {name!r}.")
+        else:
+            messages.info(request, f"{name!r} was not held.")
+    except django_redis_lock.LockNotOwned:
+        messages.warning(request, f"{name!r} had already expired or been force-released.")
+    except django_redis_lock.LockUnavailable as exc:
+        messages.error(request, f"Redis is unavailable: {exc}")
+    return redirect("demo")

@@ -1,0 +1,100 @@
+"""The async API: the same semantics as sync, per-object ownership, no blocked event loop."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from django_redis_lock import LockBusy, LockError, LockNotOwned, get_lock_manager, lock
+
+
+def test_async_acquire_release_extend_and_state() -> None:
+    async def main() -> None:
+        held = lock("async", timeout=10, auto_renew=False)
+        assert not await held.alocked()
+        assert await held.aacquire()
+        assert await held.alocked()
+        assert await held.aowned()
+        assert 9 < (await held.attl() or 0) <= 10
+        await held.aextend(10)
+        assert 19 < (await held.attl() or 0) <= 20
+        assert not await lock("async").aacquire(blocking=False)
+        await held.arelease()
+        assert await held.attl() is None
+        with pytest.raises(LockNotOwned):
+            await held.arelease()
+        with pytest.raises(LockNotOwned):
+            await held.aextend()
+
+    asyncio.run(main())
+
+
+def test_async_context_manager_and_busy() -> None:
+    async def main() -> None:
+        async with lock("async-ctx") as held:
+            assert held.fencing_token is not None
+            with pytest.raises(LockBusy):
+                async with lock("async-ctx", blocking_timeout=0):
+                    pass
+            with pytest.raises(LockError):
+                await held.aacquire()
+        assert not await held.alocked()
+
+    asyncio.run(main())
+
+
+def test_ownership_belongs_to_the_object_not_the_task() -> None:
+    async def main() -> None:
+        held = lock("handed-over")
+        await asyncio.create_task(held.aacquire())
+        assert await held.aowned()  # another task took it; this one may use and release it
+        await asyncio.create_task(held.arelease())
+        assert not await held.alocked()
+
+    asyncio.run(main())
+
+
+def test_async_owner_names_the_task() -> None:
+    async def take() -> None:
+        await lock("task-owned", auto_renew=False).aacquire()
+
+    async def main() -> None:
+        await asyncio.create_task(take(), name="billing-task")
+
+    asyncio.run(main())
+    info = get_lock_manager().get("task-owned")
+    assert info is not None
+    assert "task billing-task" in info.owner
+
+
+def test_async_waiters_are_served_by_release() -> None:
+    async def main() -> list[bool]:
+        holder = lock("async-queue", auto_renew=False)
+        await holder.aacquire()
+        waiters = [lock("async-queue", blocking_timeout=10) for _ in range(5)]
+
+        async def take(waiting: object) -> bool:
+            got = await waiting.aacquire()  # type: ignore[attr-defined]
+            await waiting.arelease()  # type: ignore[attr-defined]
+            return bool(got)
+
+        tasks = [asyncio.create_task(take(w)) for w in waiters]
+        await asyncio.sleep(0)
+        await holder.arelease()
+        return await asyncio.wait_for(asyncio.gather(*tasks), 10)
+
+    assert asyncio.run(main()) == [True] * 5
+
+
+def test_async_blocking_timeout() -> None:
+    async def main() -> None:
+        holder = lock("async-deadline", auto_renew=False)
+        await holder.aacquire()
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        assert not await lock("async-deadline").aacquire(blocking_timeout=0.2)
+        assert 0.2 <= loop.time() - started < 0.35
+        await holder.arelease()
+
+    asyncio.run(main())

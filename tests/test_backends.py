@@ -1,0 +1,150 @@
+"""The cache backends locks run on: keys, interoperation, Sentinel, and Redis being down."""
+
+from __future__ import annotations
+
+import re
+import threading
+from typing import Any
+
+import pytest
+import redis
+from django.core.exceptions import ImproperlyConfigured
+from django.test import override_settings
+
+from django_redis_lock import LockUnavailable, get_lock_manager, lock
+from django_redis_lock.backends import get_backend
+from testproject.redis_server import RedisServerGroup
+from testproject.settings import build_caches
+from tests.helpers import wait_until
+
+
+def _hash_tag(key: str) -> str:
+    """The part of ``key`` Redis Cluster hashes (its first non-empty {...})."""
+    start = key.find("{")
+    end = key.find("}", start + 1)
+    return key[start + 1 : end] if start != -1 and end > start + 1 else key
+
+
+def test_keys_use_the_cache_key_function_and_share_a_hash_tag() -> None:
+    for name in ("plain", "{braced}", "}odd{", "star*"):
+        keys = get_backend().keys(name)
+        assert keys.lock.startswith("testproject:1:lock:{")
+        assert keys.lock.endswith(f":l:{name}")
+        assert len({_hash_tag(key) for key in keys.as_list()}) == 1
+        assert re.fullmatch(r"[0-9a-f]{12}", _hash_tag(keys.lock))
+
+
+def test_a_prefix_with_a_brace_still_gives_one_slot(redis_url: str) -> None:
+    caches = build_caches(redis_url)
+    caches["default"]["KEY_PREFIX"] = "app{v2"
+    with override_settings(CACHES=caches):
+        keys = get_backend().keys("job").as_list()
+        assert len({_hash_tag(key) for key in keys}) == 1
+        with lock("job"):
+            assert get_lock_manager().get("job") is not None
+
+
+def test_version_and_prefix_separate_locks(redis_url: str) -> None:
+    caches = build_caches(redis_url)
+    caches["default"]["VERSION"] = 2
+    held = lock("versioned")
+    held.acquire()
+    with override_settings(CACHES=caches):
+        assert lock("versioned", blocking=False).acquire()  # another VERSION, another lock
+    assert not lock("versioned", using="builtin", blocking=False).acquire()
+    assert lock("versioned", using="locks_db1", blocking=False).acquire()  # other prefix/db
+    held.release()
+
+
+def test_django_redis_and_builtin_backend_guard_the_same_lock(redis_client: redis.Redis) -> None:
+    via_django_redis = lock("shared", using="default")
+    via_builtin = lock("shared", using="builtin", blocking_timeout=5)
+    assert via_django_redis.acquire()
+    assert not lock("shared", using="builtin", blocking=False).acquire()
+    results: list[bool] = []
+    waiter = threading.Thread(target=lambda: results.append(via_builtin.acquire()))
+    waiter.start()
+    wait_until(lambda: redis_client.zcard(via_builtin._keys.queue) == 1)  # it queued
+    via_django_redis.release()  # hands over to the waiter of the other backend, and wakes it
+    waiter.join(5)
+    assert results == [True]
+    assert get_lock_manager("default").get("shared") is not None
+    via_builtin.release()
+
+
+def test_sentinel_client(redis_factory: RedisServerGroup) -> None:
+    master = redis_factory()
+    sentinel = redis_factory.sentinel(master)
+    caches: dict[str, Any] = {
+        "default": {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": "redis://mymaster/0",
+            "KEY_PREFIX": "sentinel",
+            "OPTIONS": {
+                "CLIENT_CLASS": "django_redis.client.SentinelClient",
+                "CONNECTION_FACTORY": "django_redis.pool.SentinelConnectionFactory",
+                "SENTINELS": [(sentinel.host, sentinel.port)],
+            },
+        }
+    }
+    with override_settings(CACHES=caches):
+        held = lock("via-sentinel")
+        assert held.acquire()
+        assert redis.Redis(port=master.port).exists(held._keys.lock)
+        assert not lock("via-sentinel", blocking=False).acquire()
+        held.release()
+        _check_async_round(lock("via-sentinel"))
+
+
+def _check_async_round(held: Any) -> None:
+    import asyncio
+
+    async def main() -> None:
+        async with held:
+            assert await held.aowned()
+
+    asyncio.run(main())
+
+
+def test_redis_down_raises_lock_unavailable(redis_factory: RedisServerGroup) -> None:
+    server = redis_factory()
+    caches = build_caches(server.url)
+    with override_settings(CACHES=caches):
+        held = lock("fragile", auto_renew=False)
+        assert held.acquire()
+        server.stop()
+        calls = [
+            held.release,
+            held.extend,
+            held.locked,
+            held.ttl,
+            lambda: lock("other").acquire(),
+            lambda: lock("other").acquire(blocking=False),
+            lambda: list(get_lock_manager().list()),
+            lambda: get_lock_manager().get("fragile"),
+            lambda: get_lock_manager().release("fragile"),
+            lambda: get_lock_manager().clear(),
+        ]
+        for call in calls:
+            with pytest.raises(LockUnavailable) as caught:
+                call()
+            assert isinstance(caught.value.__cause__, redis.ConnectionError)
+
+
+def test_a_cache_that_is_not_redis_is_refused() -> None:
+    caches = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+    with override_settings(CACHES=caches), pytest.raises(ImproperlyConfigured, match="not a Redis"):
+        lock("anything")
+
+
+def test_shard_client_is_refused(redis_url: str) -> None:
+    caches = build_caches(redis_url)
+    caches["default"]["OPTIONS"]["CLIENT_CLASS"] = "django_redis.client.ShardClient"
+    caches["default"]["LOCATION"] = [redis_url]
+    with override_settings(CACHES=caches), pytest.raises(ImproperlyConfigured, match="Shard"):
+        lock("anything")
+
+
+def test_unknown_alias_is_refused() -> None:
+    with pytest.raises(ImproperlyConfigured, match="not in CACHES"):
+        lock("anything", using="nope")

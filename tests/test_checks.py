@@ -1,0 +1,77 @@
+"""Every system check id, triggered by the misconfiguration it names."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.core.checks import run_checks
+from django.test import override_settings
+
+from testproject.settings import build_caches
+
+
+def _ids(**overrides: Any) -> list[str]:
+    with override_settings(**overrides):
+        return sorted(
+            message.id
+            for message in run_checks()
+            if message.id and message.id.startswith("django_redis_lock.")
+        )
+
+
+def test_the_test_settings_pass() -> None:
+    assert _ids() == []
+
+
+def test_e001_settings_not_a_dict() -> None:
+    assert _ids(REDIS_LOCK=["CACHE", "default"]) == ["django_redis_lock.E001"]
+
+
+def test_e002_unknown_alias() -> None:
+    assert _ids(REDIS_LOCK={"CACHE": "nope"}) == ["django_redis_lock.E002"]
+
+
+def test_e003_not_a_redis_cache(redis_url: str) -> None:
+    caches = build_caches(redis_url)
+    caches["default"] = {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+    assert _ids(CACHES=caches) == ["django_redis_lock.E003"]
+
+
+def test_e004_unsupported_client(redis_url: str) -> None:
+    caches = build_caches(redis_url)
+    caches["default"]["OPTIONS"]["CLIENT_CLASS"] = "django_redis.client.ShardClient"
+    caches["default"]["LOCATION"] = [redis_url]
+    assert _ids(CACHES=caches) == ["django_redis_lock.E004"]
+
+
+@pytest.mark.parametrize("key", ["TIMEOUT", "TOMBSTONE_TIMEOUT"])
+@pytest.mark.parametrize("value", [0, -1, float("inf"), "30", True, None])
+def test_e005_bad_durations(key: str, value: object) -> None:
+    assert _ids(REDIS_LOCK={key: value}) == ["django_redis_lock.E005"]
+
+
+def test_e006_auto_renew_not_bool() -> None:
+    assert _ids(REDIS_LOCK={"AUTO_RENEW": "yes"}) == ["django_redis_lock.E006"]
+
+
+@pytest.mark.parametrize("namespace", ["", "a{b", "x*", 3])
+def test_e007_bad_namespace(namespace: object) -> None:
+    assert _ids(REDIS_LOCK={"KEY_NAMESPACE": namespace}) == ["django_redis_lock.E007"]
+
+
+def test_w001_unknown_key() -> None:
+    assert _ids(REDIS_LOCK={"TIMOUT": 5}) == ["django_redis_lock.W001"]
+
+
+def test_w002_key_function_that_hides_names(redis_url: str) -> None:
+    caches = build_caches(redis_url)
+    caches["default"]["KEY_FUNCTION"] = "tests.test_checks.hashed_key"
+    assert _ids(CACHES=caches) == ["django_redis_lock.W002"]
+
+
+def hashed_key(key: str, key_prefix: str, version: int) -> str:
+    """A KEY_FUNCTION that keeps no key text."""
+    import hashlib
+
+    return hashlib.sha1(f"{key_prefix}:{version}:{key}".encode()).hexdigest()

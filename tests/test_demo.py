@@ -1,0 +1,93 @@
+"""The demo page of testproject: list, take, release and force-release locks."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from django.test import Client
+from django.test.utils import override_settings
+
+import django_redis_lock
+from testproject import views
+from testproject.redis_server import RedisServerGroup
+from testproject.settings import build_caches
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _forget_demo_locks() -> Iterator[None]:
+    yield
+    views._held.clear()
+
+
+def _messages(response: object) -> list[str]:
+    return [str(message) for message in response.context["messages"]]  # type: ignore[attr-defined]
+
+
+def test_take_list_and_release(client: Client) -> None:
+    response = client.post("/acquire/", {"name": "report:{7}", "timeout": "30"}, follow=True)
+    assert response.redirect_chain == [("/", 302)]
+    assert _messages(response)[0].startswith("Acquired 'report:{7}' for 30 s")
+    content = response.content.decode()
+    assert "report:{7}" in content
+    assert "demo page" in content
+    assert ">Release</button>" in content
+
+    info = django_redis_lock.get_lock_manager().get("report:{7}")
+    assert info is not None
+    assert info.label == "demo page"
+
+    response = client.post(
+        "/release/", {"name": "report:{7}", "token": str(info.fencing_token)}, follow=True
+    )
+    assert _messages(response) == ["Released 'report:{7}'."]
+    assert django_redis_lock.get_lock_manager().get("report:{7}") is None
+    assert "No lock is held." in response.content.decode()
+
+
+def test_a_held_lock_is_busy(client: Client) -> None:
+    other = django_redis_lock.lock("import", auto_renew=False, label="someone else")
+    assert other.acquire()
+    response = client.post("/acquire/", {"name": "import", "timeout": "30"}, follow=True)
+    (message,) = _messages(response)
+    assert message.startswith("'import' is busy: held by ")
+    assert "(someone else)" in message
+    other.release()
+
+
+def test_force_release_of_a_lock_held_elsewhere(client: Client) -> None:
+    other = django_redis_lock.lock("nightly", auto_renew=False)
+    assert other.acquire()
+    content = client.get("/").content.decode()
+    assert ">Force release</button>" in content
+    response = client.post(
+        "/release/", {"name": "nightly", "token": str(other.fencing_token)}, follow=True
+    )
+    assert _messages(response) == ["Force-released 'nightly'."]
+    assert not other.owned()
+
+
+def test_invalid_form(client: Client) -> None:
+    response = client.post("/acquire/", {"name": "", "timeout": "-1"}, follow=True)
+    assert len(_messages(response)) == 2
+    assert list(django_redis_lock.get_lock_manager().list()) == []
+
+
+def test_posts_need_csrf_and_post() -> None:
+    client = Client(enforce_csrf_checks=True)
+    assert client.post("/acquire/", {"name": "x", "timeout": "1"}).status_code == 403
+    assert client.get("/acquire/").status_code == 405
+    assert client.get("/release/").status_code == 405
+
+
+def test_redis_down_shows_the_error(client: Client, redis_factory: RedisServerGroup) -> None:
+    server = redis_factory()
+    with override_settings(CACHES=build_caches(server.url)):
+        server.kill()
+        response = client.get("/")
+        assert response.status_code == 200
+        assert "Redis is unavailable" in response.content.decode()
+        response = client.post("/acquire/", {"name": "x", "timeout": "5"}, follow=True)
+        assert _messages(response)[0].startswith("Redis is unavailable")

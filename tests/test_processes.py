@@ -1,0 +1,62 @@
+"""Mutual exclusion across real processes, and a holder killed with SIGKILL."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import redis
+
+from django_redis_lock import lock
+
+
+def _count_under_lock(url: str, rounds: int) -> None:
+    client = redis.Redis.from_url(url)
+    for _ in range(rounds):
+        with lock("counter", timeout=5):
+            value = int(client.get("counter-value") or 0)  # read ...
+            client.set("counter-value", value + 1)  # ... modify, write: safe only under lock
+
+
+def test_four_processes_keep_a_non_atomic_counter_exact(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    pids = []
+    for _ in range(4):
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                _count_under_lock(redis_url, 100)
+                code = 0
+            finally:
+                os._exit(code)
+        pids.append(pid)
+    codes = [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in pids]
+    assert codes == [0, 0, 0, 0]
+    assert int(redis_client.get("counter-value") or 0) == 400
+
+
+def test_lock_of_a_killed_holder_is_free_within_its_lease() -> None:
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            held = lock("killed", timeout=1.0)  # auto-renewed: only death stops it
+            held.acquire()
+            os.write(write, b"1")
+            time.sleep(30)
+        finally:
+            os._exit(0)
+    os.close(write)
+    assert os.read(read, 1) == b"1"
+    os.close(read)
+    assert not lock("killed", blocking=False).acquire()
+    os.kill(pid, signal.SIGKILL)
+    killed = time.monotonic()
+    os.waitpid(pid, 0)
+    survivor = lock("killed", blocking_timeout=5)
+    assert survivor.acquire()
+    assert time.monotonic() - killed < 1.0 + 0.3
+    survivor.release()

@@ -1,0 +1,206 @@
+"""Waiting: woken by the release itself, one connection per process, fair, bounded."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from django_redis_lock import Lock, lock, signals
+from django_redis_lock.backends import get_backend
+from django_redis_lock.waiting import listener_for
+from tests.helpers import commandstats, wait_until
+
+
+@pytest.fixture
+def listening() -> None:
+    """This process already listens for grants, as it does after its first wait."""
+    listener = listener_for(get_backend())
+    listener.start()
+    assert listener.wait_ready(5)
+
+
+@pytest.fixture
+def busy_events() -> Iterator[threading.Semaphore]:
+    """A semaphore released each time an acquire finds the lock busy (and, queued, waits)."""
+    seen = threading.Semaphore(0)
+
+    def receiver(**kwargs: Any) -> None:
+        seen.release()
+
+    signals.lock_busy.connect(receiver, weak=False)
+    yield seen
+    signals.lock_busy.disconnect(receiver)
+
+
+def _waiter(name: str, results: list[tuple[bool, float]], **options: Any) -> threading.Thread:
+    def run() -> None:
+        waiting = lock(name, **options)
+        got = waiting.acquire()
+        results.append((got, time.monotonic()))
+        if got:
+            waiting.release()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+def _waiting_connections(client: redis.Redis) -> int:
+    """Connections in pub/sub mode or blocked in a command (BLPOP and the like)."""
+    return sum(1 for entry in client.client_list() if set(entry["flags"]) & {"P", "b"})
+
+
+@pytest.mark.usefixtures("listening")
+def test_waiter_is_woken_by_release_and_sends_nothing_while_waiting(
+    redis_client: redis.Redis, busy_events: threading.Semaphore
+) -> None:
+    holder = lock("handoff", timeout=30, auto_renew=False)
+    holder.acquire()
+    results: list[tuple[bool, float]] = []
+    thread = _waiter("handoff", results, blocking_timeout=20)
+    assert busy_events.acquire(timeout=5)  # the waiter is queued
+    redis_client.config_resetstat()
+    time.sleep(0.3)  # a window in which a polling waiter would show up
+    stats = commandstats(redis_client)
+    assert sum(stats.values()) - stats.get("config|resetstat", 0) - stats.get("info", 0) == 0
+    released = time.monotonic()
+    holder.release()
+    thread.join(5)
+    assert results
+    assert results[0][0]
+    assert results[0][1] - released < 0.1  # the lease had 30 s left: the release woke it
+
+
+@pytest.mark.usefixtures("listening")
+def test_connections_used_for_waiting_do_not_grow_with_waiters(
+    redis_client: redis.Redis, busy_events: threading.Semaphore
+) -> None:
+    # Listeners of earlier tests' settings close within a second of being stopped.
+    wait_until(lambda: _waiting_connections(redis_client) == 1, timeout=3)
+    holder = lock("crowd", auto_renew=False)
+    holder.acquire()
+    results: list[tuple[bool, float]] = []
+    threads = [_waiter("crowd", results, blocking_timeout=20) for _ in range(20)]
+    for _ in threads:
+        assert busy_events.acquire(timeout=5)
+    assert _waiting_connections(redis_client) == 1  # the one pub/sub connection
+    holder.release()
+    for thread in threads:
+        thread.join(10)
+    assert len(results) == 20
+    assert all(got for got, _ in results)
+
+
+def test_blocking_timeout_is_honoured_and_leaves_no_queue_entry(redis_client: redis.Redis) -> None:
+    holder = lock("deadline", auto_renew=False)
+    holder.acquire()
+    waiter = lock("deadline")
+    started = time.monotonic()
+    assert not waiter.acquire(blocking_timeout=0.3)
+    elapsed = time.monotonic() - started
+    assert 0.3 <= elapsed < 0.45
+    assert redis_client.zcard(holder._keys.queue) == 0
+    assert not lock("deadline").acquire(blocking=False)
+    holder.release()
+
+
+def test_non_blocking_and_zero_timeout_try_once() -> None:
+    holder = lock("once")
+    holder.acquire()
+    for attempt in (
+        lambda: lock("once", blocking=False).acquire(),
+        lambda: lock("once").acquire(blocking_timeout=0),
+    ):
+        started = time.monotonic()
+        assert not attempt()
+        assert time.monotonic() - started < 0.1
+    holder.release()
+
+
+def test_waiter_of_a_crashed_holder_wakes_when_the_lease_ends() -> None:
+    crashed = lock("orphan", timeout=0.5, auto_renew=False)
+    crashed.acquire()  # never released: like a holder that died
+    started = time.monotonic()
+    waiter = lock("orphan", blocking_timeout=5)
+    assert waiter.acquire()
+    elapsed = time.monotonic() - started
+    assert 0.35 < elapsed < 0.7
+    waiter.release()
+
+
+def test_a_greedy_holder_cannot_starve_a_waiter(busy_events: threading.Semaphore) -> None:
+    cycles = 0
+    stop = threading.Event()
+
+    def greedy() -> None:
+        nonlocal cycles
+        while not stop.is_set() and cycles < 5000:
+            with lock("contended", auto_renew=False):
+                cycles += 1
+
+    thread = threading.Thread(target=greedy)
+    thread.start()
+    try:
+        patient = lock("contended", blocking_timeout=10)
+        before = cycles
+        assert patient.acquire()
+        overtaken = cycles - before
+        patient.release()
+    finally:
+        stop.set()
+        thread.join(10)
+    # Queued waiters are served first come, first served: at most the greedy thread's hold
+    # in progress, plus one that started before the waiter queued, finish ahead of it.
+    assert overtaken <= 3, overtaken
+
+
+def test_waiters_are_served_in_arrival_order(
+    listening: None, busy_events: threading.Semaphore
+) -> None:
+    holder = lock("fifo", auto_renew=False)
+    holder.acquire()
+    order: list[int] = []
+    threads = []
+    for i in range(5):
+        thread = threading.Thread(target=_take_and_record, args=("fifo", i, order))
+        thread.start()
+        assert busy_events.acquire(timeout=5)  # waiter i is queued before i + 1 starts
+        threads.append(thread)
+    holder.release()
+    for thread in threads:
+        thread.join(10)
+    assert order == [0, 1, 2, 3, 4]
+
+
+def _take_and_record(name: str, index: int, order: list[int]) -> None:
+    with lock(name, blocking_timeout=10):
+        order.append(index)
+
+
+def test_async_waiter_lets_other_coroutines_run() -> None:
+    holder = lock("async-wait", auto_renew=False)
+    holder.acquire()
+
+    async def main() -> tuple[bool, int, bool]:
+        waiter: Lock = lock("async-wait", blocking_timeout=10)
+        task = asyncio.create_task(waiter.aacquire())
+        ticks = 0
+        for _ in range(20):
+            await asyncio.sleep(0.01)
+            ticks += 1
+        waited = not task.done()
+        await asyncio.get_running_loop().run_in_executor(None, holder.release)
+        got = await asyncio.wait_for(task, 5)
+        await waiter.arelease()
+        return got, ticks, waited
+
+    got, ticks, waited = asyncio.run(main())
+    assert got
+    assert ticks == 20
+    assert waited

@@ -1,0 +1,102 @@
+"""The watchdog: renews held locks, stops at release, reports losses, survives fork."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from typing import Any
+
+import pytest
+import redis
+
+from django_redis_lock import LockNotOwned, get_lock_manager, lock, signals
+from django_redis_lock.watchdog import watchdog
+from tests.helpers import commandstats, wait_until
+
+
+def test_watchdog_keeps_a_lock_past_three_leases() -> None:
+    held = lock("long-report", timeout=0.3)
+    assert held.acquire()
+    started = time.monotonic()
+    while time.monotonic() - started < 1.0:  # more than three leases of 0.3 s
+        assert not lock("long-report", blocking=False).acquire()
+        time.sleep(0.05)
+    assert held.owned()
+    assert not held.lost
+    held.release()
+    assert not held.locked()
+
+
+def test_no_renewal_after_release(redis_client: redis.Redis) -> None:
+    held = lock("renewed", timeout=0.15)
+    held.acquire()
+    held.release()
+    redis_client.config_resetstat()
+    time.sleep(0.3)  # two renewal intervals: a renewal would show up as an EVALSHA
+    assert "evalsha" not in commandstats(redis_client)
+
+
+def test_watchdog_reports_a_lost_lock(caplog: pytest.LogCaptureFixture) -> None:
+    lost = threading.Event()
+    received: dict[str, Any] = {}
+
+    def on_lost(**kwargs: Any) -> None:
+        received.update(kwargs)
+        lost.set()
+
+    signals.lock_lost.connect(on_lost, weak=False)
+    try:
+        with caplog.at_level(logging.WARNING, logger="django_redis_lock"):
+            held = lock("stolen", timeout=0.3)
+            held.acquire()
+            token = held.fencing_token
+            get_lock_manager().release("stolen")  # an operator clears it
+            assert lost.wait(2)
+    finally:
+        signals.lock_lost.disconnect(on_lost)
+    assert held.lost
+    assert not held.owned()
+    assert received["name"] == "stolen"
+    assert received["fencing_token"] == token
+    assert received["lock"] is held
+    assert any("stolen" in record.getMessage() for record in caplog.records)
+    with pytest.raises(LockNotOwned):
+        held.release()
+
+
+def test_dropped_lock_object_is_not_renewed_forever(redis_client: redis.Redis) -> None:
+    held = lock("forgotten", timeout=0.2)
+    held.acquire()
+    key = held._keys.lock
+    del held  # never released: the watchdog must not keep it alive
+    wait_until(lambda: not redis_client.hexists(key, "s"), timeout=2)
+
+
+def test_child_process_never_renews_the_parents_locks() -> None:
+    held = lock("parent-only", timeout=0.3)
+    held.acquire()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: hold its own lock while it lives, then report
+        code = 1
+        try:
+            child_lock = lock("child-own", timeout=0.2)
+            child_lock.acquire()
+            time.sleep(0.8)
+            code = 0 if child_lock.owned() and not child_lock.lost else 2
+            child_lock.release()
+        finally:
+            os.write(write, bytes([code]))
+            os._exit(0)
+    os.close(write)
+    try:
+        assert held._hold is not None
+        watchdog().remove(held._hold)  # the parent stops renewing: only a child could now
+        wait_until(lambda: not lock("parent-only").locked(), timeout=2)
+    finally:
+        result = os.read(read, 1)
+        os.waitpid(pid, 0)
+        os.close(read)
+    assert result == bytes([0])  # the child's own watchdog worked
