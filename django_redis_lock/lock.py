@@ -98,7 +98,7 @@ def _task_owner() -> str:
 
 
 class _Attempt(NamedTuple):
-    """Run the acquire script; ``wait_ms`` 0: do not queue, -1: queue without limit."""
+    """Run the acquire script; ``wait_ms`` 0: do not queue, else queue for that long."""
 
     wait_ms: int
 
@@ -252,7 +252,11 @@ class Lock:
         while True:
             left = None if deadline is None else deadline - time.monotonic()
             queue = wait and (left is None or left > 0) and listener.ready.is_set()
-            wait_ms = 0 if not queue else -1 if left is None else math.ceil(left * 1000)
+            wait_ms = 0
+            if queue:
+                wait_ms = waiting.MAX_WAIT_SLICE_MS
+                if left is not None:
+                    wait_ms = min(wait_ms, math.ceil(left * 1000))
             result = yield _Attempt(wait_ms)
             if result[0] == 1:
                 return int(result[1]), int(result[2])
@@ -261,7 +265,7 @@ class Lock:
                 self._send(signals.lock_busy, None)
             if not wait or (wait_ms == 0 and left is not None and left <= 0):
                 return None
-            pause = self._pause(int(result[1]), left)
+            pause = self._pause(int(result[1]), left)  # woken sooner by a grant
             if wait_ms == 0:
                 yield _AwaitListener(pause)
                 continue
@@ -270,8 +274,10 @@ class Lock:
                 return grant.token, grant.acquired_at
 
     def _pause(self, lease_ms: int, left: float | None) -> float:
-        """How long to wait for a grant: until the holder's lease ends, at most ``left``."""
-        seconds = (lease_ms if lease_ms >= 0 else self._timeout_ms) / 1000 + 0.001
+        """How long to wait before looking again: until the holder's lease ends, at most the
+        wait slice and what is left of ``blocking_timeout``."""
+        lease_ms = lease_ms if lease_ms >= 0 else self._timeout_ms
+        seconds = min(lease_ms, waiting.MAX_WAIT_SLICE_MS) / 1000 + 0.001
         return seconds if left is None else max(0.0, min(seconds, left))
 
     def _acquire_args(self, secret: str, owner: str, wait_ms: int, channel: str) -> list[Any]:

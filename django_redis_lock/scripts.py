@@ -72,8 +72,8 @@ end
 """
 
 # KEYS: lock, queue, waiters
-# ARGV: secret, ttl ms, owner, label, wait ms (0: do not queue; -1: queue until the holder's
-#       lease ends; n: queue for at most n ms), channel, grace ms
+# ARGV: secret, ttl ms, owner, label, wait ms (0: do not queue; n: queue for at most n ms,
+#       or until the holder's lease ends if sooner), channel, grace ms
 # Returns {1, token, acquired_at_us} when acquired (also when handed over to this secret
 # earlier), else {0, ms until the holder's lease ends}.
 ACQUIRE = (
@@ -106,7 +106,7 @@ if wait == 0 then
   redis.call('HDEL', waiters, secret)
   return {0, left}
 end
-if wait < 0 or wait > left then wait = left end
+if left >= 0 and wait > left then wait = left end
 local keep = wait + tonumber(ARGV[7])
 redis.call('ZADD', queue, 'NX', string.format('%d', now), secret)
 redis.call('HSET', waiters, secret, cjson.encode({

@@ -6,9 +6,10 @@ secret up among the process's tickets and wakes the thread (an Event) or the cor
 future on its loop) that waits for it. Waiters therefore send nothing while they wait, and
 the number of connections used for waiting stays at one per process.
 
-A grant published while the listener is reconnecting is not lost for good: the waiter wakes
-at the end of its wait slice (at most the holder's lease) and its next attempt finds the lock
-already handed to its secret.
+A grant published while the listener is reconnecting is not lost for good: once subscribed
+again the listener wakes every waiter to look again, and each waiter also looks again at the
+end of its wait slice (the holder's lease, at most ``MAX_WAIT_SLICE``); the attempt finds the
+lock already handed to its secret.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ logger = logging.getLogger("django_redis_lock")
 # How long one blocking read on the pub/sub connection lasts before checking for a stop.
 _READ_SECONDS = 1.0
 _MAX_BACKOFF_SECONDS = 5.0
+#: The longest a waiter waits for a grant before it looks again (milliseconds).
+MAX_WAIT_SLICE_MS = 10_000
 
 
 class Grant(NamedTuple):
@@ -48,14 +51,16 @@ class SyncTicket:
         self._event = threading.Event()
         self._grant: Grant | None = None
 
-    def grant(self, grant: Grant) -> None:
-        """Called by the listener thread when the lock was handed to this waiter."""
-        self._grant = grant
+    def wake(self, grant: Grant | None) -> None:
+        """Called by the listener thread: with the grant, or None to make the waiter look again."""
+        if grant is not None:
+            self._grant = grant
         self._event.set()
 
     def wait(self, seconds: float) -> Grant | None:
-        """The grant, if it arrives within ``seconds``."""
+        """The grant, if it arrives within ``seconds`` (None also when woken to look again)."""
         self._event.wait(seconds)
+        self._event.clear()
         return self._grant
 
 
@@ -64,22 +69,27 @@ class AsyncTicket:
 
     def __init__(self) -> None:
         self._loop = asyncio.get_running_loop()
-        self._future: asyncio.Future[Grant] = self._loop.create_future()
+        self._event = asyncio.Event()
+        self._grant: Grant | None = None
 
-    def grant(self, grant: Grant) -> None:
-        """Called by the listener thread; hands the grant to the waiter's loop."""
-        # A closed loop raises RuntimeError: its waiter is gone, nobody needs the grant.
+    def wake(self, grant: Grant | None) -> None:
+        """Called by the listener thread; passes the wake-up to the waiter's loop."""
+        # A closed loop raises RuntimeError: its waiter is gone, nobody needs the wake-up.
         with contextlib.suppress(RuntimeError):
-            self._loop.call_soon_threadsafe(self._resolve, grant)
+            self._loop.call_soon_threadsafe(self._wake, grant)
 
-    def _resolve(self, grant: Grant) -> None:
-        if not self._future.done():
-            self._future.set_result(grant)
+    def _wake(self, grant: Grant | None) -> None:
+        if grant is not None:
+            self._grant = grant
+        self._event.set()
 
     async def wait(self, seconds: float) -> Grant | None:
-        """The grant, if it arrives within ``seconds``; never blocks the event loop."""
-        await asyncio.wait({self._future}, timeout=seconds)
-        return self._future.result() if self._future.done() else None
+        """:meth:`SyncTicket.wait` without blocking the event loop."""
+        # asyncio.TimeoutError: the builtin TimeoutError only from Python 3.11 on.
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._event.wait(), seconds)
+        self._event.clear()
+        return self._grant
 
 
 Ticket = SyncTicket | AsyncTicket
@@ -137,6 +147,7 @@ class Listener:
                     if message["type"] == "subscribe":
                         self.ready.set()
                         backoff = 0.1
+                        self._wake_all()  # grants sent while we were away were not heard
                     elif message["type"] == "message":
                         self._dispatch(message["data"])
             except redis.RedisError as exc:
@@ -153,11 +164,22 @@ class Listener:
 
     def _dispatch(self, data: bytes | str) -> None:
         text = data.decode() if isinstance(data, bytes) else data
-        secret, token, acquired_at = text.split(":")
+        try:
+            secret, token, acquired_at = text.split(":")
+            grant = Grant(int(token), int(acquired_at))
+        except ValueError:
+            logger.warning("Ignored a malformed message on %s: %r", self.channel, text[:100])
+            return
         with self._mutex:
             ticket = self._tickets.pop(secret, None)
         if ticket is not None:
-            ticket.grant(Grant(int(token), int(acquired_at)))
+            ticket.wake(grant)
+
+    def _wake_all(self) -> None:
+        with self._mutex:
+            tickets = list(self._tickets.values())
+        for ticket in tickets:
+            ticket.wake(None)
 
 
 _listeners: dict[LockBackend, Listener] = {}

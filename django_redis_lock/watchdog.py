@@ -144,11 +144,13 @@ class Watchdog:
     def _retry(self, hold: Hold, exc: Exception) -> None:
         lease_end = hold.last_renewal + hold.ttl_ms / 1000
         now = time.monotonic()
+        lock = hold.lock()
+        name = lock.name if lock is not None else "?"
         if now >= lease_end:
-            logger.warning("Could not renew lock %r before its lease ended: %s", hold, exc)
+            logger.warning("Could not renew lock %r before its lease ended: %s", name, exc)
             self._lose(hold)
             return
-        logger.warning("Could not renew a lock (%s); retrying before its lease ends.", exc)
+        logger.warning("Could not renew lock %r (%s); retrying before its lease ends.", name, exc)
         with self._cond:
             if hold in self._active:
                 self._schedule(hold, now + min(hold.interval, (lease_end - now) / 2))

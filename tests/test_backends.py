@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 import threading
 from typing import Any
@@ -97,8 +98,6 @@ def test_sentinel_client(redis_factory: RedisServerGroup) -> None:
 
 
 def _check_async_round(held: Any) -> None:
-    import asyncio
-
     async def main() -> None:
         async with held:
             assert await held.aowned()
@@ -129,6 +128,26 @@ def test_redis_down_raises_lock_unavailable(redis_factory: RedisServerGroup) -> 
             with pytest.raises(LockUnavailable) as caught:
                 call()
             assert isinstance(caught.value.__cause__, redis.ConnectionError)
+        with pytest.raises(LockUnavailable) as caught:
+            asyncio.run(lock("other").aacquire())
+        assert isinstance(caught.value.__cause__, redis.ConnectionError)
+
+
+def test_a_stalled_redis_raises_lock_unavailable_after_the_socket_timeout(
+    redis_factory: RedisServerGroup,
+) -> None:
+    server = redis_factory()
+    caches = build_caches(server.url)
+    caches["default"]["OPTIONS"]["SOCKET_TIMEOUT"] = 0.2
+    with override_settings(CACHES=caches):
+        lock("warm").acquire(blocking=False)  # connect and load the scripts first
+        server.pause()
+        try:
+            with pytest.raises(LockUnavailable) as caught:
+                lock("stalled").acquire()
+        finally:
+            server.resume()
+    assert isinstance(caught.value.__cause__, redis.TimeoutError)
 
 
 def test_a_cache_that_is_not_redis_is_refused() -> None:

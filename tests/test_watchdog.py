@@ -10,9 +10,12 @@ from typing import Any
 
 import pytest
 import redis
+from django.test import override_settings
 
 from django_redis_lock import LockNotOwned, get_lock_manager, lock, signals
 from django_redis_lock.watchdog import watchdog
+from testproject.redis_server import RedisServerGroup
+from testproject.settings import build_caches
 from tests.helpers import commandstats, wait_until
 
 
@@ -100,3 +103,43 @@ def test_child_process_never_renews_the_parents_locks() -> None:
         os.waitpid(pid, 0)
         os.close(read)
     assert result == bytes([0])  # the child's own watchdog worked
+
+
+def test_one_watchdog_thread_renews_every_lock() -> None:
+    held = [lock(f"many:{i}", timeout=0.3) for i in range(10)]
+    for each in held:
+        each.acquire()
+    watchdogs = [t for t in threading.enumerate() if t.name == "django_redis_lock-watchdog"]
+    assert len(watchdogs) == 1
+    time.sleep(0.5)  # longer than a lease: all ten must have been renewed
+    assert all(each.owned() for each in held)
+    for each in held:
+        each.release()
+
+
+def test_lock_is_reported_lost_when_redis_stalls_past_the_lease(
+    redis_factory: RedisServerGroup,
+) -> None:
+    server = redis_factory()
+    caches = build_caches(server.url)
+    caches["default"]["OPTIONS"]["SOCKET_TIMEOUT"] = 0.1
+    lost = threading.Event()
+
+    def on_lost(**kwargs: Any) -> None:
+        lost.set()
+
+    signals.lock_lost.connect(on_lost, weak=False)
+    try:
+        with override_settings(CACHES=caches):
+            held = lock("stalled", timeout=0.4)
+            held.acquire()
+            server.pause()  # renewals time out; the lease runs out meanwhile
+            try:
+                assert lost.wait(3)
+            finally:
+                server.resume()
+            assert held.lost
+            with pytest.raises(LockNotOwned):
+                held.release()
+    finally:
+        signals.lock_lost.disconnect(on_lost)
