@@ -142,8 +142,10 @@ class Lock:
         )
         self._blocking = _flag(blocking, "blocking")
         self._blocking_timeout = _blocking_timeout(blocking_timeout)
-        self._auto_renew = _flag(
-            lock_settings.AUTO_RENEW if auto_renew is None else auto_renew, "auto_renew"
+        self._auto_renew = (
+            _flag(lock_settings.AUTO_RENEW, "REDIS_LOCK['AUTO_RENEW']")
+            if auto_renew is None
+            else _flag(auto_renew, "auto_renew")
         )
         self._reentrant = _flag(reentrant, "reentrant")
         if label is not None and not isinstance(label, str):

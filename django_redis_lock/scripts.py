@@ -3,8 +3,8 @@
 Every lock has three keys sharing one Redis Cluster hash tag (see ``backends.LockKeys``):
 
 ``lock``     a hash. While held: ``s`` secret of the holder's acquisition, ``t`` fencing token,
-             ``o`` owner, ``l`` label, ``a`` acquired-at (server clock, microseconds), ``x``
-             requested TTL (ms); its PTTL is the lease. Once released only ``t`` stays, as a
+             ``o`` owner, ``l`` label, ``a`` acquired-at (server clock, microseconds); its PTTL
+             is the lease. Once released only ``t`` stays, as a
              short-lived tombstone that keeps the fencing token increasing.
 ``queue``    a sorted set of waiting secrets, scored by arrival time (microseconds): FIFO order.
 ``waiters``  a hash: waiting secret -> JSON ``{t: ttl ms, d: deadline ms, o, l, c: channel}``.
@@ -30,7 +30,7 @@ end
 local function grant(lock, secret, ttl, owner, label, now)
   local token = math.max(tonumber(redis.call('HGET', lock, 't') or '0') + 1, now)
   redis.call('HSET', lock, 's', secret, 't', string.format('%d', token), 'o', owner,
-             'l', label, 'a', string.format('%d', now), 'x', ttl)
+             'l', label, 'a', string.format('%d', now))
   redis.call('PEXPIRE', lock, ttl)
   return token
 end
@@ -65,7 +65,7 @@ end
 -- After a release: the next waiter gets the lock, or it becomes a tombstone.
 local function free(lock, queue, waiters, now, tombstone_ms)
   if not hand_over(lock, queue, waiters, now) then
-    redis.call('HDEL', lock, 's', 'o', 'l', 'a', 'x')
+    redis.call('HDEL', lock, 's', 'o', 'l', 'a')
     redis.call('PEXPIRE', lock, tombstone_ms)
   end
 end
