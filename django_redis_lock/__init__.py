@@ -1,11 +1,12 @@
 """Distributed locks for Django on the project's Redis cache."""
 
 from django_redis_lock.exceptions import LockBusy, LockError, LockNotOwned, LockUnavailable
-from django_redis_lock.lock import MAX_NAME_LENGTH, Lock
+from django_redis_lock.lock import MAX_NAME_LENGTH, MAX_TIMEOUT, Lock
 from django_redis_lock.manager import LockInfo, LockManager, get_lock_manager, lock
 
 __all__ = [
     "MAX_NAME_LENGTH",
+    "MAX_TIMEOUT",
     "Lock",
     "LockBusy",
     "LockError",

@@ -8,9 +8,10 @@ cache's raw redis-py client, so it shares the project's connection settings and 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
+import socket
 import threading
-import weakref
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -177,9 +178,7 @@ class LockBackend:
             force_release=self.client.register_script(scripts.FORCE_RELEASE),
             extend=self.client.register_script(scripts.EXTEND),
         )
-        self._async: weakref.WeakKeyDictionary[
-            asyncio.AbstractEventLoop, tuple[redis.asyncio.Redis, AsyncScripts]
-        ] = weakref.WeakKeyDictionary()
+        self._async: dict[asyncio.AbstractEventLoop, tuple[redis.asyncio.Redis, AsyncScripts]] = {}
         self._async_mutex = threading.Lock()
         self.keys = lru_cache(maxsize=4096)(self._keys)
         self._frame = self._key_frame()
@@ -234,11 +233,17 @@ class LockBackend:
         return self.make_key(f"{self.namespace}:wake:{process_id}")
 
     def async_client(self) -> tuple[redis.asyncio.Redis, AsyncScripts]:
-        """The asyncio client and scripts for the running event loop (one per loop)."""
+        """The asyncio client and scripts for the running event loop (one per loop).
+
+        Clients of loops that have closed (``asyncio.run`` and ``async_to_sync`` make one loop
+        per call) are dropped when a new loop needs a client, so they do not pile up.
+        """
         loop = asyncio.get_running_loop()
         found = self._async.get(loop)
         if found is None:
             with self._async_mutex:
+                for closed in [other for other in self._async if other.is_closed()]:
+                    _abandon(self._async.pop(closed)[0])
                 client = _async_client_for(self.client)
                 found = (
                     client,
@@ -250,6 +255,19 @@ class LockBackend:
                 )
                 self._async[loop] = found
         return found
+
+
+def _abandon(client: redis.asyncio.Redis) -> None:
+    """Hang up the connections of a client whose event loop is closed (none can be awaited);
+    the sockets themselves are closed when the garbage collector frees their transports."""
+    pool = client.connection_pool
+    for attribute in ("_available_connections", "_in_use_connections"):
+        for connection in getattr(pool, attribute, ()):
+            writer = getattr(connection, "_writer", None)
+            sock = writer.get_extra_info("socket") if writer is not None else None
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
 
 
 def glob_escape(text: str) -> str:

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
-from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
 from django_redis_lock.conf import DEFAULTS
+from django_redis_lock.lock import MAX_TIMEOUT
 
 _SUPPORTED_BACKENDS = (
     "django_redis.cache.RedisCache",
@@ -53,13 +52,12 @@ def _check_values(options: dict[str, Any]) -> list[CheckMessage]:
         if (
             isinstance(value, bool)
             or not isinstance(value, int | float)
-            or not math.isfinite(value)
-            or value < 0.001
+            or not 0.001 <= value <= MAX_TIMEOUT
         ):
             errors.append(
                 Error(
-                    f"REDIS_LOCK[{key!r}] must be a positive, finite number of seconds "
-                    f"(at least 0.001), not {value!r}.",
+                    f"REDIS_LOCK[{key!r}] must be a number of seconds from 0.001 to "
+                    f"{MAX_TIMEOUT}, not {value!r}.",
                     hint="Locks never live forever: a crashed holder must not block for good.",
                     id="django_redis_lock.E005",
                 )
@@ -120,7 +118,22 @@ def _check_cache(alias: object) -> list[CheckMessage]:
                     id="django_redis_lock.E004",
                 )
             ]
-    return _check_key_function(alias)
+    return _check_socket_timeout(alias, config) + _check_key_function(alias)
+
+
+def _check_socket_timeout(alias: str, config: dict[str, Any]) -> list[CheckMessage]:
+    options = config.get("OPTIONS", {})
+    if options.get("SOCKET_TIMEOUT") or options.get("socket_timeout"):
+        return []
+    return [
+        Warning(
+            f"The cache {alias!r} has no socket timeout: a Redis that stops answering makes "
+            "lock calls, and the watchdog renewing held locks, wait forever.",
+            hint='Set OPTIONS "SOCKET_TIMEOUT" (django-redis) or "socket_timeout" (Django\'s '
+            "RedisCache), for example to 5 seconds.",
+            id="django_redis_lock.W003",
+        )
+    ]
 
 
 def _check_key_function(alias: str) -> list[CheckMessage]:
@@ -128,8 +141,8 @@ def _check_key_function(alias: str) -> list[CheckMessage]:
 
     try:
         listable = get_backend(alias).listable
-    except ImproperlyConfigured as exc:
-        return [Error(str(exc), id="django_redis_lock.E004")]
+    except Exception as exc:  # building the cache failed: say so instead of crashing checks
+        return [Error(f"The cache {alias!r} cannot be used: {exc}", id="django_redis_lock.E004")]
     if listable:
         return []
     return [

@@ -27,12 +27,15 @@ from django_redis_lock import signals, waiting
 from django_redis_lock.backends import LockBackend
 from django_redis_lock.conf import lock_settings
 from django_redis_lock.exceptions import LockBusy, LockError, LockNotOwned, LockUnavailable
+from django_redis_lock.scripts import HANDOVER_LEASE_MS
 from django_redis_lock.watchdog import Hold, watchdog
 
 logger = logging.getLogger("django_redis_lock")
 
 #: The longest lock name accepted, in characters.
 MAX_NAME_LENGTH = 1024
+#: The longest lease, extension or tombstone accepted, in seconds (a year).
+MAX_TIMEOUT = 365 * 24 * 3600
 
 # How long a queued waiter's place outlives the slice it waits for, to cover its wake-up.
 _QUEUE_GRACE_MS = 2000
@@ -50,6 +53,10 @@ def validate_name(name: object) -> str:
         raise ValueError(
             f"A lock name is at most {MAX_NAME_LENGTH} characters; this one has {len(name)}."
         )
+    try:
+        name.encode()
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"A lock name must be valid Unicode text: {exc}") from None
     return name
 
 
@@ -57,8 +64,10 @@ def seconds_to_ms(value: object, what: str) -> int:
     """A positive, finite number of seconds as whole milliseconds (at least 1)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise TypeError(f"{what} must be a number of seconds, not {type(value).__name__}.")
-    if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{what} must be a positive, finite number of seconds, not {value!r}.")
+    if not math.isfinite(value) or value <= 0 or value > MAX_TIMEOUT:
+        raise ValueError(
+            f"{what} must be a positive number of seconds up to {MAX_TIMEOUT}, not {value!r}."
+        )
     return max(1, round(value * 1000))
 
 
@@ -103,21 +112,22 @@ class _Attempt(NamedTuple):
     wait_ms: int
 
 
-class _AwaitListener(NamedTuple):
-    """Wait (bounded) until this process listens for grants, so that it can queue."""
-
-    seconds: float
-
-
 class _AwaitGrant(NamedTuple):
     """Wait (bounded) for the hand-over; ``None`` comes back if it does not arrive."""
 
     seconds: float
 
 
-_Step = _Attempt | _AwaitListener | _AwaitGrant
-# What an acquire ends with: the fencing token and start time of the hold, or None.
-_Acquired = tuple[int, int] | None
+_Step = _Attempt | _AwaitGrant
+
+
+class _Acquired(NamedTuple):
+    """A hold just taken: its fencing token, start time, and whether a release handed it over
+    (then its lease is the short hand-over lease until this process lengthens it)."""
+
+    token: int
+    acquired_at: int
+    handed_over: bool
 
 
 class Lock:
@@ -178,7 +188,7 @@ class Lock:
             return self._reenter()
         secret, owner = secrets.token_hex(16), _thread_owner()
         listener = waiting.listener_for(self._backend)
-        plan = self._plan(blocking, blocking_timeout, listener)
+        plan = self._plan(blocking, blocking_timeout)
         ticket: waiting.SyncTicket | None = None
         result: Any = None
         try:
@@ -190,14 +200,16 @@ class Lock:
                         listener.register(secret, ticket)
                     args = self._acquire_args(secret, owner, step.wait_ms, listener.channel)
                     result = self._call(self._backend.scripts.acquire, self._keys.as_list(), args)
-                elif isinstance(step, _AwaitListener):
-                    listener.start()
-                    result = listener.wait_ready(step.seconds)
                 else:
                     assert ticket is not None
+                    listener.start()
                     result = ticket.wait(step.seconds)
         except StopIteration as done:
             return self._took(secret, done.value)
+        except BaseException:
+            if ticket is not None:  # interrupted while queued: leave, or pass on a grant
+                self._leave(secret, owner, listener.channel)
+            raise
         finally:
             if ticket is not None:
                 listener.unregister(secret)
@@ -210,7 +222,7 @@ class Lock:
             return self._reenter()
         secret, owner = secrets.token_hex(16), _task_owner()
         listener = waiting.listener_for(self._backend)
-        plan = self._plan(blocking, blocking_timeout, listener)
+        plan = self._plan(blocking, blocking_timeout)
         _, scripts = self._backend.async_client()
         ticket: waiting.AsyncTicket | None = None
         result: Any = None
@@ -223,27 +235,29 @@ class Lock:
                         listener.register(secret, ticket)
                     args = self._acquire_args(secret, owner, step.wait_ms, listener.channel)
                     result = await self._acall(scripts.acquire, self._keys.as_list(), args)
-                elif isinstance(step, _AwaitListener):
-                    listener.start()
-                    loop = asyncio.get_running_loop()
-                    result = await loop.run_in_executor(None, listener.wait_ready, step.seconds)
                 else:
                     assert ticket is not None
+                    listener.start()
                     result = await ticket.wait(step.seconds)
         except StopIteration as done:
             return self._took(secret, done.value)
+        except BaseException:
+            if ticket is not None:  # cancelled while queued: leave, or pass on a grant
+                await asyncio.shield(self._aleave(secret, owner, listener.channel))
+            raise
         finally:
             if ticket is not None:
                 listener.unregister(secret)
 
     def _plan(
-        self, blocking: bool | None, blocking_timeout: float | None, listener: waiting.Listener
-    ) -> Generator[_Step, Any, _Acquired]:
+        self, blocking: bool | None, blocking_timeout: float | None
+    ) -> Generator[_Step, Any, _Acquired | None]:
         """The steps of one acquire, shared by the sync and async drivers.
 
-        Waiters queue in Redis and are woken by the release that hands them the lock; when no
-        grant comes they try again when the holder's lease ends, so a crashed holder delays
-        them by no more than its lease. The last attempt at the deadline also leaves the queue.
+        A waiter queues in Redis with its first attempt and is woken by the release that hands
+        it the lock. Without a grant it tries again after the wait the script gave it: the
+        first waiter when the holder's lease ends (the holder may have died), the others after
+        a longer slice. The last attempt, at the deadline, also leaves the queue.
         """
         wait = self._blocking if blocking is None else _flag(blocking, "blocking")
         limit = self._blocking_timeout if blocking_timeout is None else None
@@ -253,34 +267,44 @@ class Lock:
         busy_signalled = False
         while True:
             left = None if deadline is None else deadline - time.monotonic()
-            queue = wait and (left is None or left > 0) and listener.ready.is_set()
             wait_ms = 0
-            if queue:
+            if wait and (left is None or left > 0):
                 wait_ms = waiting.MAX_WAIT_SLICE_MS
                 if left is not None:
                     wait_ms = min(wait_ms, math.ceil(left * 1000))
             result = yield _Attempt(wait_ms)
             if result[0] == 1:
-                return int(result[1]), int(result[2])
+                return _Acquired(int(result[1]), int(result[2]), handed_over=False)
             if not busy_signalled:
                 busy_signalled = True
                 self._send(signals.lock_busy, None)
-            if not wait or (wait_ms == 0 and left is not None and left <= 0):
+            if not wait_ms:  # not queued: not blocking, or the deadline passed
                 return None
-            pause = self._pause(int(result[1]), left)  # woken sooner by a grant
-            if wait_ms == 0:
-                yield _AwaitListener(pause)
-                continue
-            grant = yield _AwaitGrant(pause)
+            pause = int(result[2]) / 1000 + 0.001  # woken sooner by a grant
+            grant = yield _AwaitGrant(pause if left is None else min(pause, max(0.0, left)))
             if grant is not None:
-                return grant.token, grant.acquired_at
+                return _Acquired(grant.token, grant.acquired_at, handed_over=True)
 
-    def _pause(self, lease_ms: int, left: float | None) -> float:
-        """How long to wait before looking again: until the holder's lease ends, at most the
-        wait slice and what is left of ``blocking_timeout``."""
-        lease_ms = lease_ms if lease_ms >= 0 else self._timeout_ms
-        seconds = min(lease_ms, waiting.MAX_WAIT_SLICE_MS) / 1000 + 0.001
-        return seconds if left is None else max(0.0, min(seconds, left))
+    def _leave(self, secret: str, owner: str, channel: str) -> None:
+        """Best effort after an interrupted wait: leave the queue, or release a grant."""
+        args = self._acquire_args(secret, owner, 0, channel)
+        try:
+            if self._backend.scripts.acquire(keys=self._keys.as_list(), args=args)[0] == 1:
+                self._backend.scripts.release(
+                    keys=self._keys.as_list(), args=[secret, tombstone_ms()]
+                )
+        except redis.RedisError:
+            logger.debug("Could not leave the queue of %r; its entry expires.", self.name)
+
+    async def _aleave(self, secret: str, owner: str, channel: str) -> None:
+        """:meth:`_leave` for async code."""
+        _, scripts = self._backend.async_client()
+        args = self._acquire_args(secret, owner, 0, channel)
+        try:
+            if (await scripts.acquire(keys=self._keys.as_list(), args=args))[0] == 1:
+                await scripts.release(keys=self._keys.as_list(), args=[secret, tombstone_ms()])
+        except redis.RedisError:
+            logger.debug("Could not leave the queue of %r; its entry expires.", self.name)
 
     def _acquire_args(self, secret: str, owner: str, wait_ms: int, channel: str) -> list[Any]:
         return [
@@ -305,14 +329,25 @@ class Lock:
         self._depth += 1
         return True
 
-    def _took(self, secret: str, acquired: _Acquired) -> bool:
+    def _took(self, secret: str, acquired: _Acquired | None) -> bool:
         if acquired is None:
             return False
         self._secret, self._depth = secret, 1
-        self.fencing_token, self.lost = acquired[0], False
-        if self._auto_renew:
-            self._hold = Hold(self, self._backend, self._keys, secret, self._timeout_ms)
-            watchdog().add(self._hold)
+        self.fencing_token, self.lost = acquired.token, False
+        # A handed-over lease is short; the watchdog lengthens it at once, off this thread.
+        confirm = acquired.handed_over and self._timeout_ms > HANDOVER_LEASE_MS
+        if self._auto_renew or confirm:
+            lease_ms = min(self._timeout_ms, HANDOVER_LEASE_MS) if confirm else self._timeout_ms
+            self._hold = Hold(
+                self,
+                self._backend,
+                self._keys,
+                secret,
+                self._timeout_ms,
+                lease_ms,
+                repeat=self._auto_renew,
+            )
+            watchdog().add(self._hold, now=confirm)
         logger.debug("Acquired lock %r (fencing token %s).", self.name, self.fencing_token)
         self._send(signals.lock_acquired, self.fencing_token)
         return True
@@ -339,7 +374,7 @@ class Lock:
     def _release_begin(self) -> str | None:
         """The secret to release with, or None when an inner reentrant hold just ended."""
         secret = self._owned_secret()
-        if self._depth > 1:
+        if self._depth > 1 and not self.lost:
             self._depth -= 1
             return None
         self._stop_renewing()
@@ -367,16 +402,16 @@ class Lock:
 
         With ``replace_ttl=True`` the lease becomes exactly ``additional_time`` from now.
         """
-        args = self._extend_args(additional_time, replace_ttl)
-        self._extend_end(self._call(self._backend.scripts.extend, [self._keys.lock], args))
+        args, sent = self._extend_args(additional_time, replace_ttl), time.monotonic()
+        self._extend_end(self._call(self._backend.scripts.extend, [self._keys.lock], args), sent)
 
     async def aextend(
         self, additional_time: float | None = None, *, replace_ttl: bool = False
     ) -> None:
         """:meth:`extend` for async code."""
-        args = self._extend_args(additional_time, replace_ttl)
+        args, sent = self._extend_args(additional_time, replace_ttl), time.monotonic()
         _, scripts = self._backend.async_client()
-        self._extend_end(await self._acall(scripts.extend, [self._keys.lock], args))
+        self._extend_end(await self._acall(scripts.extend, [self._keys.lock], args), sent)
 
     def _extend_args(self, additional_time: float | None, replace_ttl: bool) -> list[Any]:
         ms = (
@@ -390,7 +425,9 @@ class Lock:
             raise LockNotOwned(f"The lock {self.name!r} was lost; it cannot be extended.")
         return [secret, ms, mode]
 
-    def _extend_end(self, left: int) -> None:
+    def _extend_end(self, left: int, sent: float) -> None:
+        if left and self._hold is not None:
+            self._hold.renewed(sent, left)
         if not left:
             notify = self._mark_lost()
             notify()
@@ -479,7 +516,16 @@ class Lock:
         self._send(signals.lock_lost, token)
 
     def _send(self, signal: Signal, token: int | None) -> None:
-        signal.send(sender=Lock, lock=self, name=self.name, fencing_token=token)
+        # A failing receiver must not leave a lock held or stop the watchdog: log, go on.
+        responses = signal.send_robust(sender=Lock, lock=self, name=self.name, fencing_token=token)
+        for receiver, response in responses:
+            if isinstance(response, Exception):
+                logger.error(
+                    "Receiver %r of a lock signal for %r raised.",
+                    receiver,
+                    self.name,
+                    exc_info=response,
+                )
 
     # -- Redis calls -------------------------------------------------------------------------
 
@@ -510,9 +556,12 @@ class Lock:
     ) -> None:
         try:
             self.release()
-        except LockNotOwned:
+        except LockError:
             if exc_type is None:
                 raise
+            logger.warning(
+                "Lock %r: release failed while an exception propagated.", self.name, exc_info=True
+            )
 
     async def __aenter__(self) -> Lock:
         if not await self.aacquire():
@@ -527,6 +576,9 @@ class Lock:
     ) -> None:
         try:
             await self.arelease()
-        except LockNotOwned:
+        except LockError:
             if exc_type is None:
                 raise
+            logger.warning(
+                "Lock %r: release failed while an exception propagated.", self.name, exc_info=True
+            )

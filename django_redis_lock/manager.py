@@ -135,17 +135,25 @@ class LockManager:
             raise LockUnavailable(f"Could not release lock {name!r}: {exc}") from exc
 
     def clear(self, pattern: str = "*") -> int:
-        """Force-release every held lock whose name matches ``pattern``; how many were held."""
-        released = 0
+        """Force-release every held lock whose name matches ``pattern``; how many were held.
+
+        Each lock is released as held when it was read, so a waiter that a release hands it
+        to keeps it; every batch of keys costs two pipelined round trips.
+        """
+        backend, released = self._backend, 0
         for keys in self._scan(pattern):
-            pipe = self._backend.client.pipeline(transaction=False)
-            for key in keys:
-                lock_keys = self._backend.keys(self._backend.name_from_key(key))
-                self._backend.scripts.force_release(
-                    keys=lock_keys.as_list(), args=[tombstone_ms()], client=pipe
-                )
             try:
-                released += sum(pipe.execute())
+                read = backend.client.pipeline(transaction=False)
+                for key in keys:
+                    read.hget(key, "s")
+                holders = read.execute()
+                write = backend.client.pipeline(transaction=False)
+                for key, secret in zip(keys, holders, strict=True):
+                    if secret is not None:
+                        lock_keys = backend.keys(backend.name_from_key(key)).as_list()
+                        args = [secret, tombstone_ms()]
+                        backend.scripts.release(keys=lock_keys, args=args, client=write)
+                released += sum(write.execute())
             except redis.RedisError as exc:
                 raise LockUnavailable(f"Could not clear locks: {exc}") from exc
         return released

@@ -4,15 +4,20 @@ Every lock has three keys sharing one Redis Cluster hash tag (see ``backends.Loc
 
 ``lock``     a hash. While held: ``s`` secret of the holder's acquisition, ``t`` fencing token,
              ``o`` owner, ``l`` label, ``a`` acquired-at (server clock, microseconds); its PTTL
-             is the lease. Once released only ``t`` stays, as a
-             short-lived tombstone that keeps the fencing token increasing.
+             is the lease. Once released only ``t`` stays, as a short-lived tombstone that
+             keeps the fencing token increasing.
 ``queue``    a sorted set of waiting secrets, scored by arrival time (microseconds): FIFO order.
 ``waiters``  a hash: waiting secret -> JSON ``{t: ttl ms, d: deadline ms, o, l, c: channel}``.
 
 Release hands the lock straight to the first live waiter and PUBLISHes the grant on that
 waiter's process channel as ``secret:token:acquired_at``, so the next holder needs no round
-trip of its own. Waiter entries carry a server-side deadline: a waiter that died or gave up
-is skipped and the queue keys expire on their own.
+trip of its own; the waiter that becomes first is sent its bare ``secret``, to look again when
+the new lease ends (the first waiter is the one that watches for a holder that died).
+
+The hand-over lease is at most ``HANDOVER_LEASE_MS``: the new holder's process lengthens it
+to the full TTL as soon as it hears of the grant, so a waiter that died while queued holds up
+the others for seconds, not for a whole TTL. Waiter entries carry a server-side deadline: a
+waiter that died or gave up is skipped, and the queue keys expire on their own.
 
 Fencing tokens are ``max(last token + 1, server clock in microseconds)``: strictly increasing
 while the tombstone lives, and past it as long as the Redis server's clock does not go back.
@@ -20,8 +25,13 @@ while the tombstone lives, and past it as long as the Redis server's clock does 
 
 from __future__ import annotations
 
+#: The lease of a lock handed to a waiter, until its process confirms the full TTL.
+HANDOVER_LEASE_MS = 5000
+
 # Helpers shared by the scripts that may grant a lock; prepended to their source.
-_PRELUDE = """
+_PRELUDE = (
+    f"local HANDOVER_LEASE_MS = {HANDOVER_LEASE_MS}\n"
+    + """
 local function now_us()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -50,15 +60,23 @@ local function first_live(queue, waiters, now_ms)
   end
 end
 
+-- Tell the first live waiter it is first now, so it looks again when the lease ends.
+local function nudge_first(queue, waiters, now_ms)
+  local secret, entry = first_live(queue, waiters, now_ms)
+  if secret then redis.call('PUBLISH', entry.c, secret) end
+end
+
 -- Give the free lock to the first live waiter and tell its process; false if nobody waits.
 local function hand_over(lock, queue, waiters, now)
-  local secret, entry = first_live(queue, waiters, math.floor(now / 1000))
+  local now_ms = math.floor(now / 1000)
+  local secret, entry = first_live(queue, waiters, now_ms)
   if not secret then return false end
   redis.call('ZREM', queue, secret)
   redis.call('HDEL', waiters, secret)
-  local token = grant(lock, secret, entry.t, entry.o, entry.l, now)
+  local token = grant(lock, secret, math.min(entry.t, HANDOVER_LEASE_MS), entry.o, entry.l, now)
   redis.call('PUBLISH', entry.c, secret .. ':' .. string.format('%d', token) .. ':' ..
              string.format('%d', now))
+  nudge_first(queue, waiters, now_ms)
   return true
 end
 
@@ -70,12 +88,15 @@ local function free(lock, queue, waiters, now, tombstone_ms)
   end
 end
 """
+)
 
 # KEYS: lock, queue, waiters
-# ARGV: secret, ttl ms, owner, label, wait ms (0: do not queue; n: queue for at most n ms,
-#       or until the holder's lease ends if sooner), channel, grace ms
+# ARGV: secret, ttl ms, owner, label, wait ms (0: do not queue, and leave the queue; n: queue,
+#       and wait at most n ms for a grant before trying again), channel, grace ms
 # Returns {1, token, acquired_at_us} when acquired (also when handed over to this secret
-# earlier), else {0, ms until the holder's lease ends}.
+# earlier, then with the lease made at least ttl), else {0, ms left of the holder's lease,
+# ms to wait before trying again}: the first waiter tries again when the lease ends, in case
+# the holder died; the others need not, the release or the first waiter's grant comes first.
 ACQUIRE = (
     _PRELUDE
     + """
@@ -83,6 +104,7 @@ local lock, queue, waiters = KEYS[1], KEYS[2], KEYS[3]
 local secret, ttl = ARGV[1], tonumber(ARGV[2])
 local holder = redis.call('HGET', lock, 's')
 if holder == secret then
+  if redis.call('PTTL', lock) < ttl then redis.call('PEXPIRE', lock, ttl) end
   local held = redis.call('HMGET', lock, 't', 'a')
   return {1, tonumber(held[1]), tonumber(held[2])}
 end
@@ -102,20 +124,23 @@ end
 local left = redis.call('PTTL', lock)
 local wait = tonumber(ARGV[5])
 if wait == 0 then
-  redis.call('ZREM', queue, secret)
-  redis.call('HDEL', waiters, secret)
-  return {0, left}
+  if redis.call('ZREM', queue, secret) == 1 then
+    redis.call('HDEL', waiters, secret)
+    nudge_first(queue, waiters, math.floor(now / 1000))  -- it may have been waiting behind us
+  end
+  return {0, left, 0}
 end
-if left >= 0 and wait > left then wait = left end
-local keep = wait + tonumber(ARGV[7])
+local head = first_live(queue, waiters, math.floor(now / 1000))
+if left >= 0 and wait > left and (not head or head == secret) then wait = left end
 redis.call('ZADD', queue, 'NX', string.format('%d', now), secret)
+local keep = wait + tonumber(ARGV[7])
 redis.call('HSET', waiters, secret, cjson.encode({
   t = ttl, d = math.floor(now / 1000) + keep, o = ARGV[3], l = ARGV[4], c = ARGV[6]}))
 if redis.call('PTTL', queue) < keep then
   redis.call('PEXPIRE', queue, keep)
   redis.call('PEXPIRE', waiters, keep)
 end
-return {0, left}
+return {0, left, wait}
 """
 )
 

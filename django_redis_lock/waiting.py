@@ -19,10 +19,12 @@ import contextlib
 import logging
 import os
 import threading
+import time
 import uuid
 from typing import Any, NamedTuple
 
 import redis
+import redis.client
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
@@ -32,6 +34,8 @@ logger = logging.getLogger("django_redis_lock")
 
 # How long one blocking read on the pub/sub connection lasts before checking for a stop.
 _READ_SECONDS = 1.0
+# A quiet connection is PINGed after this long, and given up when the PONG takes as long.
+_HEALTH_SECONDS = 5.0
 _MAX_BACKOFF_SECONDS = 5.0
 #: The longest a waiter waits for a grant before it looks again (milliseconds).
 MAX_WAIT_SLICE_MS = 10_000
@@ -140,38 +144,56 @@ class Listener:
             pubsub = self._client.pubsub()  # type: ignore[no-untyped-call]
             try:
                 pubsub.subscribe(self.channel)
-                while not self._stop.is_set():
-                    message = pubsub.get_message(timeout=_READ_SECONDS)
-                    if message is None:
-                        continue
-                    if message["type"] == "subscribe":
-                        self.ready.set()
-                        backoff = 0.1
-                        self._wake_all()  # grants sent while we were away were not heard
-                    elif message["type"] == "message":
-                        self._dispatch(message["data"])
-            except redis.RedisError as exc:
+                self._listen(pubsub)
+            except Exception as exc:  # Redis errors, and anything else: keep waiters served
                 self.ready.clear()
                 if self._stop.is_set():
                     break
                 logger.warning("Lock wake-up channel lost (%s); reconnecting.", exc)
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, _MAX_BACKOFF_SECONDS)
+            else:
+                backoff = 0.1
             finally:
-                with contextlib.suppress(redis.RedisError):
+                with contextlib.suppress(Exception):
                     pubsub.close()
         self.ready.clear()
 
+    def _listen(self, pubsub: redis.client.PubSub) -> None:
+        """Dispatch grants until stopped; PING when quiet, so a dead connection shows."""
+        heard = time.monotonic()
+        pinged: float | None = None
+        while not self._stop.is_set():
+            message = pubsub.get_message(timeout=_READ_SECONDS)
+            now = time.monotonic()
+            if message is None:
+                if pinged is not None and now - pinged > _HEALTH_SECONDS:
+                    raise redis.ConnectionError("no answer to PING on the wake-up channel")
+                if pinged is None and now - heard > _HEALTH_SECONDS:
+                    pubsub.ping()
+                    pinged = now
+                continue
+            heard, pinged = now, None
+            if message["type"] == "subscribe":
+                self.ready.set()
+                self._wake_all()  # grants sent while we were away were not heard
+            elif message["type"] == "message":
+                self._dispatch(message["data"])
+
     def _dispatch(self, data: bytes | str) -> None:
+        """``secret:token:acquired_at`` hands a lock over; a bare ``secret`` says look again."""
         text = data.decode() if isinstance(data, bytes) else data
-        try:
-            secret, token, acquired_at = text.split(":")
-            grant = Grant(int(token), int(acquired_at))
-        except ValueError:
-            logger.warning("Ignored a malformed message on %s: %r", self.channel, text[:100])
-            return
+        secret, _, rest = text.partition(":")
+        grant: Grant | None = None
+        if rest:
+            try:
+                token, acquired_at = rest.split(":")
+                grant = Grant(int(token), int(acquired_at))
+            except ValueError:
+                logger.warning("Ignored a malformed message on %s: %r", self.channel, text[:100])
+                return
         with self._mutex:
-            ticket = self._tickets.pop(secret, None)
+            ticket = self._tickets.pop(secret, None) if grant else self._tickets.get(secret)
         if ticket is not None:
             ticket.wake(grant)
 

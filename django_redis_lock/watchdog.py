@@ -29,6 +29,8 @@ logger = logging.getLogger("django_redis_lock")
 
 # Renew when this fraction of the TTL has passed since the last renewal.
 RENEW_FRACTION = 1 / 3
+# The shortest pause between two failed renewals of a lock.
+_MIN_RETRY_SECONDS = 0.05
 
 
 class Renewable(Protocol):
@@ -42,22 +44,36 @@ class Renewable(Protocol):
 class Hold:
     """One acquisition under the watchdog's care."""
 
-    __slots__ = ("backend", "keys", "last_renewal", "lock", "secret", "ttl_ms")
+    __slots__ = ("backend", "keys", "lease_end", "lock", "repeat", "secret", "ttl_ms")
 
     def __init__(
-        self, lock: Renewable, backend: LockBackend, keys: LockKeys, secret: str, ttl_ms: int
+        self,
+        lock: Renewable,
+        backend: LockBackend,
+        keys: LockKeys,
+        secret: str,
+        ttl_ms: int,
+        lease_ms: int,
+        *,
+        repeat: bool,
     ) -> None:
         self.lock = weakref.ref(lock)
         self.backend = backend
         self.keys = keys
         self.secret = secret
         self.ttl_ms = ttl_ms
-        self.last_renewal = time.monotonic()
+        self.repeat = repeat  # False: lengthen a hand-over lease once, then leave it alone
+        # When the lease surely ends, by this process's clock, as of the last renewal sent.
+        self.lease_end = time.monotonic() + lease_ms / 1000
 
     @property
     def interval(self) -> float:
         """Seconds between renewals."""
         return self.ttl_ms / 1000 * RENEW_FRACTION
+
+    def renewed(self, sent: float, left_ms: int) -> None:
+        """Record a renewal or extend sent at ``sent`` that left ``left_ms`` of lease."""
+        self.lease_end = max(self.lease_end, sent + left_ms / 1000)
 
 
 class Watchdog:
@@ -70,12 +86,12 @@ class Watchdog:
         self._order = itertools.count()
         self._thread: threading.Thread | None = None
 
-    def add(self, hold: Hold) -> None:
-        """Start renewing ``hold``."""
+    def add(self, hold: Hold, *, now: bool = False) -> None:
+        """Start renewing ``hold``: first after an interval, or at once with ``now``."""
         with self._cond:
             self._active.add(hold)
-            self._schedule(hold, time.monotonic() + hold.interval)
-            if self._thread is None:
+            self._schedule(hold, time.monotonic() + (0 if now else hold.interval))
+            if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
                     target=self._run, name="django_redis_lock-watchdog", daemon=True
                 )
@@ -120,12 +136,17 @@ class Watchdog:
     def _run(self) -> None:
         while True:
             for hold in self._next_batch():
-                self._renew(hold)
+                try:
+                    self._renew(hold)
+                except Exception:  # a bug must not end renewals for every lock
+                    logger.exception("The lock watchdog failed to renew a lock.")
+                    self.remove(hold)
 
     def _renew(self, hold: Hold) -> None:
         if hold.lock() is None:  # the Lock object is gone: let its lease run out
             self.remove(hold)
             return
+        sent = time.monotonic()
         try:
             left = hold.backend.scripts.extend(
                 keys=[hold.keys.lock], args=[hold.secret, hold.ttl_ms, "atleast"]
@@ -133,27 +154,30 @@ class Watchdog:
         except redis.RedisError as exc:
             self._retry(hold, exc)
             return
-        if left:
-            with self._cond:
-                if hold in self._active:
-                    hold.last_renewal = time.monotonic()
-                    self._schedule(hold, hold.last_renewal + hold.interval)
+        if not left:
+            self._lose(hold)
             return
-        self._lose(hold)
+        with self._cond:
+            hold.renewed(sent, left)
+            if hold in self._active:
+                if hold.repeat:
+                    self._schedule(hold, sent + hold.interval)
+                else:
+                    self._active.discard(hold)
 
     def _retry(self, hold: Hold, exc: Exception) -> None:
-        lease_end = hold.last_renewal + hold.ttl_ms / 1000
-        now = time.monotonic()
         lock = hold.lock()
         name = lock.name if lock is not None else "?"
-        if now >= lease_end:
+        now = time.monotonic()
+        if now >= hold.lease_end:
             logger.warning("Could not renew lock %r before its lease ended: %s", name, exc)
             self._lose(hold)
             return
         logger.warning("Could not renew lock %r (%s); retrying before its lease ends.", name, exc)
         with self._cond:
             if hold in self._active:
-                self._schedule(hold, now + min(hold.interval, (lease_end - now) / 2))
+                delay = min(hold.interval, max(_MIN_RETRY_SECONDS, (hold.lease_end - now) / 2))
+                self._schedule(hold, now + delay)
 
     def _lose(self, hold: Hold) -> None:
         lock = hold.lock()

@@ -91,7 +91,8 @@ def build_caches(url: str) -> dict[str, dict[str, Any]]:
     "default" (django-redis) and "builtin" (Django's own RedisCache) share the server, the
     database and the KEY_PREFIX, so both guard the same locks. "locks_db1" is django-redis on
     database 1 of the same server with its own prefix: the layout the README recommends for
-    keeping locks away from `cache.clear()`.
+    keeping locks away from `cache.clear()`. Every alias has socket timeouts, so a Redis that
+    stops answering raises errors instead of hanging requests.
     """
     db1_url = urlunsplit(urlsplit(url)._replace(path="/1"))
     return {
@@ -99,18 +100,27 @@ def build_caches(url: str) -> dict[str, dict[str, Any]]:
             "BACKEND": "django_redis.cache.RedisCache",
             "LOCATION": url,
             "KEY_PREFIX": "testproject",
-            "OPTIONS": {"CLIENT_CLASS": "django_redis.client.DefaultClient"},
+            "OPTIONS": {
+                "CLIENT_CLASS": "django_redis.client.DefaultClient",
+                "SOCKET_CONNECT_TIMEOUT": 5,
+                "SOCKET_TIMEOUT": 5,
+            },
         },
         "builtin": {
             "BACKEND": "django.core.cache.backends.redis.RedisCache",
             "LOCATION": url,
             "KEY_PREFIX": "testproject",
+            "OPTIONS": {"socket_connect_timeout": 5, "socket_timeout": 5},
         },
         "locks_db1": {
             "BACKEND": "django_redis.cache.RedisCache",
             "LOCATION": db1_url,
             "KEY_PREFIX": "locks",
-            "OPTIONS": {"CLIENT_CLASS": "django_redis.client.DefaultClient"},
+            "OPTIONS": {
+                "CLIENT_CLASS": "django_redis.client.DefaultClient",
+                "SOCKET_CONNECT_TIMEOUT": 5,
+                "SOCKET_TIMEOUT": 5,
+            },
         },
     }
 

@@ -51,7 +51,7 @@ def counted_caches(url: str) -> Iterator[None]:
     caches["default"]["OPTIONS"]["CONNECTION_POOL_KWARGS"] = {
         "connection_class": CountingConnection
     }
-    caches["builtin"]["OPTIONS"] = {"connection_class": CountingConnection}
+    caches["builtin"]["OPTIONS"]["connection_class"] = CountingConnection
     with override_settings(CACHES=caches):
         yield
 

@@ -167,3 +167,31 @@ def test_shard_client_is_refused(redis_url: str) -> None:
 def test_unknown_alias_is_refused() -> None:
     with pytest.raises(ImproperlyConfigured, match="not in CACHES"):
         lock("anything", using="nope")
+
+
+def test_release_failure_does_not_mask_the_blocks_exception(
+    redis_factory: RedisServerGroup,
+) -> None:
+    server = redis_factory()
+    with override_settings(CACHES=build_caches(server.url)):
+
+        def body() -> None:
+            with lock("masked", auto_renew=False):
+                server.stop()
+                raise ValueError("the real problem")
+
+        with pytest.raises(ValueError, match="the real problem"):
+            body()
+
+
+def test_clients_of_closed_event_loops_do_not_pile_up(redis_client: redis.Redis) -> None:
+    async def cycle() -> None:
+        async with lock("per-loop"):
+            pass
+
+    asyncio.run(cycle())
+    before = len(redis_client.client_list())
+    for _ in range(20):
+        asyncio.run(cycle())
+    assert len(get_backend()._async) == 1
+    assert len(redis_client.client_list()) <= before + 1

@@ -46,7 +46,7 @@ def test_e004_unsupported_client(redis_url: str) -> None:
 
 
 @pytest.mark.parametrize("key", ["TIMEOUT", "TOMBSTONE_TIMEOUT"])
-@pytest.mark.parametrize("value", [0, -1, float("inf"), "30", True, None])
+@pytest.mark.parametrize("value", [0, -1, float("inf"), 1e12, "30", True, None])
 def test_e005_bad_durations(key: str, value: object) -> None:
     assert _ids(REDIS_LOCK={key: value}) == ["django_redis_lock.E005"]
 
@@ -62,6 +62,14 @@ def test_e007_bad_namespace(namespace: object) -> None:
 
 def test_w001_unknown_key() -> None:
     assert _ids(REDIS_LOCK={"TIMOUT": 5}) == ["django_redis_lock.W001"]
+
+
+def test_w003_no_socket_timeout(redis_url: str) -> None:
+    caches = build_caches(redis_url)
+    del caches["default"]["OPTIONS"]["SOCKET_TIMEOUT"]
+    assert _ids(CACHES=caches) == ["django_redis_lock.W003"]
+    caches["default"] = {**caches["builtin"], "OPTIONS": {}}
+    assert _ids(CACHES=caches) == ["django_redis_lock.W003"]
 
 
 def test_w002_key_function_that_hides_names(redis_url: str) -> None:

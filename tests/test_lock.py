@@ -13,11 +13,13 @@ from django.test import override_settings
 
 from django_redis_lock import (
     MAX_NAME_LENGTH,
+    MAX_TIMEOUT,
     LockBusy,
     LockError,
     LockNotOwned,
     get_lock_manager,
     lock,
+    signals,
 )
 from tests.helpers import commandstats, counted_caches, round_trips, wait_until
 
@@ -265,3 +267,44 @@ def test_bad_arguments_to_methods_are_refused() -> None:
 def test_settings_timeout_is_validated_at_use() -> None:
     with override_settings(REDIS_LOCK={"TIMEOUT": 0}), pytest.raises(ValueError, match="TIMEOUT"):
         lock("settings")
+
+
+def test_inner_release_of_a_lost_reentrant_lock_raises() -> None:
+    held = lock("nested-lost", reentrant=True, auto_renew=False)
+    held.acquire()
+    held.acquire()
+    get_lock_manager().release("nested-lost")
+    assert not held.owned()  # finds out it was lost
+    with pytest.raises(LockNotOwned):
+        held.release()
+
+
+def test_a_failing_signal_receiver_neither_breaks_acquire_nor_leaves_a_lock(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def broken(**kwargs: object) -> None:
+        raise RuntimeError("receiver bug")
+
+    signals.lock_acquired.connect(broken, weak=False)
+    try:
+        with lock("robust") as held:
+            assert held.owned()
+    finally:
+        signals.lock_acquired.disconnect(broken)
+    assert not lock("robust").locked()
+    assert "receiver bug" in caplog.text
+
+
+def test_timeouts_above_a_year_are_refused() -> None:
+    with pytest.raises(ValueError, match="up to"):
+        lock("forever", timeout=1e14)
+    held = lock("forever")
+    held.acquire()
+    with pytest.raises(ValueError, match="up to"):
+        held.extend(MAX_TIMEOUT + 1)
+    held.release()
+
+
+def test_name_that_is_not_valid_unicode_is_refused() -> None:
+    with pytest.raises(ValueError, match="Unicode"):
+        lock("bad \udc80 name")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -13,6 +15,7 @@ import redis
 
 from django_redis_lock import Lock, lock, signals
 from django_redis_lock.backends import get_backend
+from django_redis_lock.scripts import HANDOVER_LEASE_MS
 from django_redis_lock.waiting import listener_for
 from tests.helpers import commandstats, wait_until
 
@@ -191,11 +194,14 @@ def test_async_waiter_lets_other_coroutines_run() -> None:
     async def main() -> tuple[bool, int, bool]:
         waiter: Lock = lock("async-wait", blocking_timeout=10)
         task = asyncio.create_task(waiter.aacquire())
-        ticks = 0
+        loop = asyncio.get_running_loop()
+        ticks, worst_gap, last = 0, 0.0, loop.time()
         for _ in range(20):
             await asyncio.sleep(0.01)
-            ticks += 1
+            now = loop.time()
+            ticks, worst_gap, last = ticks + 1, max(worst_gap, now - last), now
         waited = not task.done()
+        assert worst_gap < 0.05  # a blocked loop would stall the ticker
         await asyncio.get_running_loop().run_in_executor(None, holder.release)
         got = await asyncio.wait_for(task, 5)
         await waiter.arelease()
@@ -224,3 +230,84 @@ def test_grant_sent_while_the_listener_reconnects_is_not_lost(
     assert results[0][0]
     # Well before the 10 s wait slice: the listener made its waiters look again on reconnect.
     assert results[0][1] - released < 3
+
+
+def test_cancelled_async_waiter_leaves_the_queue(
+    redis_client: redis.Redis, busy_events: threading.Semaphore
+) -> None:
+    holder = lock("cancelled", auto_renew=False)
+    holder.acquire()
+
+    async def main() -> None:
+        task = asyncio.create_task(lock("cancelled", timeout=30).aacquire())
+        loop = asyncio.get_running_loop()
+        assert await loop.run_in_executor(None, busy_events.acquire, True, 5)  # it is queued
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    assert redis_client.zcard(holder._keys.queue) == 0
+    holder.release()
+    assert lock("cancelled").acquire(blocking=False)  # nobody was handed a dead hold
+
+
+@pytest.mark.slow
+def test_waiter_killed_while_queued_delays_the_next_by_the_hand_over_lease_only(
+    redis_client: redis.Redis,
+) -> None:
+    holder = lock("dead-waiter", auto_renew=False)
+    holder.acquire()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            lock("dead-waiter", timeout=60).acquire(blocking_timeout=30)
+        finally:
+            os._exit(0)
+    wait_until(lambda: redis_client.zcard(holder._keys.queue) == 1)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    results: list[tuple[bool, float]] = []
+    thread = _waiter("dead-waiter", results, blocking_timeout=20)
+    wait_until(lambda: redis_client.zcard(holder._keys.queue) == 2)
+    released = time.monotonic()
+    holder.release()  # handed to the dead waiter, for the short hand-over lease only
+    thread.join(20)
+    assert results
+    assert results[0][0]
+    assert results[0][1] - released < HANDOVER_LEASE_MS / 1000 + 1.5  # not the dead one's 60 s
+
+
+def test_a_handed_over_lock_gets_its_full_lease_at_once(busy_events: threading.Semaphore) -> None:
+    holder = lock("full-lease", auto_renew=False)
+    holder.acquire()
+    for auto_renew in (True, False):
+        waiter = lock("full-lease", timeout=60, auto_renew=auto_renew, blocking_timeout=10)
+        thread = threading.Thread(target=waiter.acquire)
+        thread.start()
+        assert busy_events.acquire(timeout=5)
+        holder.release()
+        thread.join(5)
+        assert waiter.fencing_token is not None
+        wait_until(lambda w=waiter: (w.ttl() or 0) > 55, timeout=2)
+        holder = waiter
+
+
+def test_only_the_first_waiter_looks_again_when_a_renewed_lease_ends(
+    redis_client: redis.Redis, busy_events: threading.Semaphore
+) -> None:
+    holder = lock("renewed-holder", timeout=0.3)  # renewed every 0.1 s while held
+    holder.acquire()
+    results: list[tuple[bool, float]] = []
+    threads = [_waiter("renewed-holder", results, blocking_timeout=20) for _ in range(10)]
+    for _ in threads:
+        assert busy_events.acquire(timeout=5)
+    redis_client.config_resetstat()
+    time.sleep(1.0)  # a window of about three leases
+    calls = commandstats(redis_client).get("evalsha", 0)
+    # About 10 renewals and a few looks by the first waiter; ten polling waiters send ~40 more.
+    assert calls < 25, calls
+    holder.release()
+    for thread in threads:
+        thread.join(10)
+    assert len(results) == 10

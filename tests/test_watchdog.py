@@ -143,3 +143,22 @@ def test_lock_is_reported_lost_when_redis_stalls_past_the_lease(
                 held.release()
     finally:
         signals.lock_lost.disconnect(on_lost)
+
+
+def test_a_failing_lock_lost_receiver_does_not_stop_the_watchdog() -> None:
+    def broken(**kwargs: Any) -> None:
+        raise RuntimeError("receiver bug")
+
+    signals.lock_lost.connect(broken, weak=False)
+    try:
+        first = lock("first-loss", timeout=0.3)
+        first.acquire()
+        get_lock_manager().release("first-loss")
+        wait_until(lambda: first.lost, timeout=2)
+    finally:
+        signals.lock_lost.disconnect(broken)
+    second = lock("still-renewed", timeout=0.3)
+    second.acquire()
+    time.sleep(0.6)  # two leases: only a live watchdog keeps it
+    assert second.owned()
+    second.release()
