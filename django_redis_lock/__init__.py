@@ -1,5 +1,6 @@
 """Distributed locks for Django on the project's Redis cache."""
 
+from django_redis_lock.decorators import locked
 from django_redis_lock.exceptions import LockBusy, LockError, LockNotOwned, LockUnavailable
 from django_redis_lock.lock import MAX_NAME_LENGTH, MAX_TIMEOUT, Lock
 from django_redis_lock.manager import LockInfo, LockManager, get_lock_manager, lock
@@ -16,4 +17,5 @@ __all__ = [
     "LockUnavailable",
     "get_lock_manager",
     "lock",
+    "locked",
 ]

@@ -62,11 +62,22 @@ def _check_values(options: dict[str, Any]) -> list[CheckMessage]:
                     id="django_redis_lock.E005",
                 )
             )
-    if not isinstance(options["AUTO_RENEW"], bool):
+    errors += [
+        Error(
+            f"REDIS_LOCK[{key!r}] must be True or False, not {options[key]!r}.",
+            id="django_redis_lock.E006",
+        )
+        for key in ("AUTO_RENEW", "RUN_UNLOCKED_IF_UNAVAILABLE")
+        if not isinstance(options[key], bool)
+    ]
+    status = options["BUSY_STATUS"]
+    if isinstance(status, bool) or not isinstance(status, int) or not 400 <= status <= 599:
         errors.append(
             Error(
-                f"REDIS_LOCK['AUTO_RENEW'] must be True or False, not {options['AUTO_RENEW']!r}.",
-                id="django_redis_lock.E006",
+                f"REDIS_LOCK['BUSY_STATUS'] must be an HTTP error status (400-599), "
+                f"not {status!r}.",
+                hint="423 Locked is the default; 409 Conflict and 429 are common choices.",
+                id="django_redis_lock.E008",
             )
         )
     namespace = options["KEY_NAMESPACE"]

@@ -13,6 +13,8 @@ DEFAULTS: dict[str, Any] = {
     "AUTO_RENEW": True,
     "KEY_NAMESPACE": "lock",
     "TOMBSTONE_TIMEOUT": 60.0,
+    "BUSY_STATUS": 423,
+    "RUN_UNLOCKED_IF_UNAVAILABLE": False,
 }
 
 
@@ -53,6 +55,16 @@ class LockSettings:
     def TOMBSTONE_TIMEOUT(self) -> float:
         """Seconds a released lock keeps its last fencing token."""
         return self._get("TOMBSTONE_TIMEOUT")  # type: ignore[no-any-return]
+
+    @property
+    def BUSY_STATUS(self) -> int:
+        """The HTTP status a @locked view answers while its lock is busy."""
+        return self._get("BUSY_STATUS")  # type: ignore[no-any-return]
+
+    @property
+    def RUN_UNLOCKED_IF_UNAVAILABLE(self) -> bool:
+        """Whether a @locked view runs without its lock when Redis is down (unsafe)."""
+        return self._get("RUN_UNLOCKED_IF_UNAVAILABLE")  # type: ignore[no-any-return]
 
 
 lock_settings = LockSettings()

@@ -76,7 +76,7 @@ def tombstone_ms() -> int:
     return seconds_to_ms(lock_settings.TOMBSTONE_TIMEOUT, "REDIS_LOCK['TOMBSTONE_TIMEOUT']")
 
 
-def _blocking_timeout(value: object) -> float | None:
+def validate_blocking_timeout(value: object) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float):
@@ -151,7 +151,7 @@ class Lock:
             "timeout" if timeout is not None else "REDIS_LOCK['TIMEOUT']",
         )
         self._blocking = _flag(blocking, "blocking")
-        self._blocking_timeout = _blocking_timeout(blocking_timeout)
+        self._blocking_timeout = validate_blocking_timeout(blocking_timeout)
         self._auto_renew = (
             _flag(lock_settings.AUTO_RENEW, "REDIS_LOCK['AUTO_RENEW']")
             if auto_renew is None
@@ -170,6 +170,8 @@ class Lock:
         self.fencing_token: int | None = None
         #: True once the watchdog, extend() or release() found the hold taken away.
         self.lost = False
+        #: Seconds left of the holder's lease when this object last found the lock busy.
+        self.busy_ttl: float | None = None
 
     def __repr__(self) -> str:
         state = "held" if self._secret is not None else "not held"
@@ -262,7 +264,7 @@ class Lock:
         wait = self._blocking if blocking is None else _flag(blocking, "blocking")
         limit = self._blocking_timeout if blocking_timeout is None else None
         if blocking_timeout is not None:
-            limit = _blocking_timeout(blocking_timeout)
+            limit = validate_blocking_timeout(blocking_timeout)
         deadline = None if limit is None else time.monotonic() + limit
         busy_signalled = False
         while True:
@@ -275,6 +277,7 @@ class Lock:
             result = yield _Attempt(wait_ms)
             if result[0] == 1:
                 return _Acquired(int(result[1]), int(result[2]), handed_over=False)
+            self.busy_ttl = int(result[1]) / 1000 if int(result[1]) >= 0 else None
             if not busy_signalled:
                 busy_signalled = True
                 self._send(signals.lock_busy, None)

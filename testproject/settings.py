@@ -127,6 +127,11 @@ def build_caches(url: str) -> dict[str, dict[str, Any]]:
 
 CACHES = build_caches(REDIS_URL)
 
+# Celery (testproject.celery): the tests start a worker with a broker of their own.
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", REDIS_URL)
+CELERY_RESULT_BACKEND = os.environ.get("CELERY_RESULT_BACKEND", CELERY_BROKER_URL)
+CELERY_TASK_TRACK_STARTED = True
+
 REDIS_LOCK = {"CACHE": "default"}
 
 LOGGING = {

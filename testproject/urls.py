@@ -11,5 +11,6 @@ urlpatterns = [
     path("", views.index, name="demo"),
     path("acquire/", views.acquire, name="demo-acquire"),
     path("release/", views.release, name="demo-release"),
+    path("slow-job/<slug:job>/", views.slow_job, name="demo-slow-job"),
     path("admin/", admin.site.urls),
 ]

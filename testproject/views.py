@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 from typing import TYPE_CHECKING
 
 from django import forms
@@ -130,3 +131,15 @@ def release(request: HttpRequest) -> HttpResponseRedirect:
     except django_redis_lock.LockUnavailable as exc:
         messages.error(request, f"Redis is unavailable: {exc}")
     return redirect("demo")
+
+
+#: How long the demo's locked job runs, in seconds.
+SLOW_JOB_SECONDS = 10
+
+
+@require_GET
+@django_redis_lock.locked("demo:slow-job:{job}", timeout=30)
+def slow_job(request: HttpRequest, job: str) -> HttpResponse:
+    """A @locked view: open it in two tabs; the second answers 423 while the first runs."""
+    time.sleep(SLOW_JOB_SECONDS)  # the demo's stand-in for real work
+    return render(request, "testproject/slow_job.html", {"job": job, "seconds": SLOW_JOB_SECONDS})

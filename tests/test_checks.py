@@ -51,8 +51,14 @@ def test_e005_bad_durations(key: str, value: object) -> None:
     assert _ids(REDIS_LOCK={key: value}) == ["django_redis_lock.E005"]
 
 
-def test_e006_auto_renew_not_bool() -> None:
-    assert _ids(REDIS_LOCK={"AUTO_RENEW": "yes"}) == ["django_redis_lock.E006"]
+@pytest.mark.parametrize("key", ["AUTO_RENEW", "RUN_UNLOCKED_IF_UNAVAILABLE"])
+def test_e006_flag_not_bool(key: str) -> None:
+    assert _ids(REDIS_LOCK={key: "yes"}) == ["django_redis_lock.E006"]
+
+
+@pytest.mark.parametrize("status", [200, 302, 600, "423", True])
+def test_e008_busy_status_not_an_error_status(status: object) -> None:
+    assert _ids(REDIS_LOCK={"BUSY_STATUS": status}) == ["django_redis_lock.E008"]
 
 
 @pytest.mark.parametrize("namespace", ["", "a{b", "x*", 3])

@@ -1,0 +1,373 @@
+"""@locked: run a view, a function or a Celery task under a lock.
+
+Views (function-based, class-based, sync and async) answer a busy lock with 423 and a
+Retry-After header, and an unreachable Redis with 503; plain functions and tasks raise
+LockBusy and LockUnavailable. The lock is released when the call returns or raises, and for a
+streaming response when the response is closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import functools
+import inspect
+import logging
+import math
+import string
+import sys
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar, cast
+
+from asgiref.sync import iscoroutinefunction
+from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
+from django.views import View
+
+from django_redis_lock.conf import lock_settings
+from django_redis_lock.exceptions import LockBusy, LockError, LockUnavailable
+from django_redis_lock.lock import Lock, seconds_to_ms, validate_blocking_timeout, validate_name
+from django_redis_lock.manager import get_lock_manager
+
+logger = logging.getLogger("django_redis_lock")
+
+Decorated = TypeVar("Decorated")
+#: A lock name: a constant, a template of the call's arguments, or a callable of them.
+NameSpec = str | Callable[..., str]
+
+
+@dataclass(frozen=True)
+class _Options:
+    name: NameSpec
+    timeout: float | None
+    blocking_timeout: float | None
+    auto_renew: bool | None
+    on_busy: Callable[..., Any] | None
+    label: str | None
+    using: str | None
+
+
+def locked(
+    name: NameSpec,
+    *,
+    timeout: float | None = None,
+    blocking_timeout: float | None = 0,
+    auto_renew: bool | None = None,
+    on_busy: Callable[..., Any] | None = None,
+    label: str | None = None,
+    using: str | None = None,
+) -> Callable[[Decorated], Decorated]:
+    """Run the decorated view, function or task only while holding the lock ``name``.
+
+    ``name`` is a constant, a template formatted from the call's bound arguments
+    (``"invoice:{invoice_id}"``, ``"user:{request.user.pk}"``; a view's URL kwargs count as
+    arguments), or a callable receiving the call's arguments. ``blocking_timeout`` (default 0:
+    never tie up a worker) is how long to wait for a busy lock. When it stays busy, views answer
+    ``REDIS_LOCK["BUSY_STATUS"]`` (423) with Retry-After, functions and tasks raise LockBusy;
+    ``on_busy(*args, **kwargs)`` replaces either and its value is returned. ``label`` (default:
+    the callable's dotted name) is shown to operators with the request path or task id.
+    """
+    if not (callable(name) or isinstance(name, str)):
+        raise TypeError(f"A lock name must be a str or a callable, not {type(name).__name__}.")
+    if timeout is not None:
+        seconds_to_ms(timeout, "timeout")
+    validate_blocking_timeout(blocking_timeout)
+    if on_busy is not None and not callable(on_busy):
+        raise TypeError("on_busy must be a callable or None.")
+    for value, what in ((label, "label"), (using, "using")):
+        if value is not None and not isinstance(value, str):
+            raise TypeError(f"{what} must be a str or None, not {type(value).__name__}.")
+    if auto_renew is not None and not isinstance(auto_renew, bool):
+        raise TypeError(f"auto_renew must be True, False or None, not {auto_renew!r}.")
+    options = _Options(name, timeout, blocking_timeout, auto_renew, on_busy, label, using)
+
+    def decorate(target: Decorated) -> Decorated:
+        if isinstance(target, type):
+            if issubclass(target, View):
+                return _decorate_view_class(target, options)  # type: ignore[return-value]
+            raise TypeError("@locked decorates functions and class-based views, not classes.")
+        if not callable(target):
+            raise TypeError(f"@locked decorates callables, not {type(target).__name__}.")
+        return _decorate_callable(target, options)  # type: ignore[return-value]
+
+    return decorate
+
+
+class _Naming:
+    """Turns a call's arguments into its lock name."""
+
+    def __init__(self, spec: NameSpec, signature: inspect.Signature, where: str) -> None:
+        self._signature = signature
+        self._spec = spec
+        self._constant: str | None = None
+        self._var_keyword = next(
+            (p.name for p in signature.parameters.values() if p.kind is p.VAR_KEYWORD), None
+        )
+        if callable(spec):
+            return
+        if not spec:
+            raise ValueError("A lock name must not be empty.")
+        fields = [field for _, field, _, _ in string.Formatter().parse(spec) if field is not None]
+        roots = [field.split(".")[0].split("[")[0] for field in fields]
+        if any(not root or root.isdigit() for root in roots):
+            raise ValueError(
+                f"The lock name template {spec!r} must name arguments, as in 'invoice:{{pk}}'."
+            )
+        unknown = [root for root in roots if root not in signature.parameters]
+        if unknown and self._var_keyword is None:
+            raise ValueError(
+                f"The lock name template {spec!r} names {', '.join(map(repr, unknown))}, "
+                f"which {where} does not take (it takes: "
+                f"{', '.join(signature.parameters) or 'nothing'})."
+            )
+        if not fields:
+            self._constant = validate_name(spec.format())
+
+    def __call__(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+        if self._constant is not None:
+            return self._constant
+        if callable(self._spec):
+            return validate_name(self._spec(*args, **kwargs))
+        bound = self._signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        values = dict(bound.arguments)
+        if self._var_keyword is not None:
+            values.update(values.pop(self._var_keyword, {}))
+        try:
+            return validate_name(self._spec.format_map(values))
+        except KeyError as exc:
+            raise TypeError(
+                f"The lock name template {self._spec!r} names {exc}, which this call did not pass."
+            ) from None
+
+
+class _Call:
+    """One call of a @locked callable: its lock, and the answers when it cannot be had."""
+
+    def __init__(self, spec: _Spec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        self.spec, self.args, self.kwargs = spec, args, kwargs
+        self.request = _request_in(args)
+        options = spec.options
+        self.lock: Lock = get_lock_manager(options.using).lock(
+            spec.naming(args, kwargs),
+            timeout=options.timeout,
+            blocking_timeout=options.blocking_timeout,
+            auto_renew=options.auto_renew,
+            label=self._label(),
+        )
+
+    def _label(self) -> str:
+        if self.request is not None:
+            return f"{self.spec.label} {self.request.method} {self.request.path}"
+        task_id = _celery_task_id()
+        return self.spec.label if task_id is None else f"{self.spec.label} task {task_id}"
+
+    def busy(self) -> Any:
+        """What the call returns (or raises) when the lock stays busy."""
+        name = self.lock.name
+        if self.spec.options.on_busy is not None:
+            logger.info("Lock %r is busy: %s returns on_busy.", name, self.spec.label)
+            return self.spec.options.on_busy(*self.args, **self.kwargs)
+        if self.request is None:
+            raise LockBusy(f"The lock {name!r} is held by someone else.")
+        logger.info("Lock %r is busy: %s answers %s.", name, self.spec.label, _busy_status())
+        retry_after = max(1, math.ceil(self.lock.busy_ttl or 0))
+        response = _answer(
+            self.request,
+            _busy_status(),
+            "locked",
+            f"This resource is busy; retry in {retry_after} s.",
+        )
+        response["Retry-After"] = str(retry_after)
+        return response
+
+    def unavailable(self, exc: LockUnavailable) -> HttpResponseBase | None:
+        """None to run unlocked (if so configured), a 503 for views; raises for functions."""
+        if self.request is None:
+            raise exc
+        if lock_settings.RUN_UNLOCKED_IF_UNAVAILABLE:
+            logger.warning(
+                "Redis is unavailable; %s runs WITHOUT its lock: %s", self.spec.label, exc
+            )
+            return None
+        logger.warning("Redis is unavailable; %s answers 503: %s", self.spec.label, exc)
+        return _answer(
+            self.request, 503, "unavailable", "The lock service is unavailable; retry later."
+        )
+
+    def finish(self, result: Any) -> Any:
+        """Release now, or when a streaming response is closed; return ``result``."""
+        if isinstance(result, HttpResponseBase) and result.streaming:
+            _release_on_close(result, self.release)
+        else:
+            self.release()
+        return result
+
+    def release(self) -> None:
+        """Release, logging instead of raising: the work is done, the caller gets its result."""
+        try:
+            self.lock.release()
+        except LockError as exc:
+            logger.error(
+                "Lock %r could not be released by %s: %s", self.lock.name, self.spec.label, exc
+            )
+
+    async def arelease(self) -> None:
+        """:meth:`release` for async code."""
+        try:
+            await self.lock.arelease()
+        except LockError as exc:
+            logger.error(
+                "Lock %r could not be released by %s: %s", self.lock.name, self.spec.label, exc
+            )
+
+
+@dataclass(frozen=True)
+class _Spec:
+    """What a @locked callable was decorated with."""
+
+    options: _Options
+    naming: _Naming
+    label: str
+
+
+def _decorate_callable(func: Callable[..., Any], options: _Options) -> Callable[..., Any]:
+    # method_decorator passes dispatch bound in a partial whose __wrapped__ is the unbound
+    # method: its own signature (without self) is the one calls are made with.
+    signature = inspect.signature(func, follow_wrapped=not isinstance(func, functools.partial))
+    dotted = _dotted_name(func)
+    spec = _Spec(options, _Naming(options.name, signature, dotted), options.label or dotted)
+
+    if _is_async(func):
+
+        @functools.wraps(func)
+        async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+            call = _Call(spec, args, kwargs)
+            try:
+                acquired = await call.lock.aacquire()
+            except LockUnavailable as exc:
+                answer = call.unavailable(exc)
+                return answer if answer is not None else await func(*args, **kwargs)
+            if not acquired:
+                busy = call.busy()
+                return await busy if inspect.isawaitable(busy) else busy
+            try:
+                result = await func(*args, **kwargs)
+            except BaseException:
+                await asyncio.shield(call.arelease())  # also when the client went away
+                raise
+            if isinstance(result, HttpResponseBase) and result.streaming:
+                return call.finish(result)
+            await asyncio.shield(call.arelease())
+            return result
+
+        return async_wrapper
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        call = _Call(spec, args, kwargs)
+        try:
+            acquired = call.lock.acquire()
+        except LockUnavailable as exc:
+            answer = call.unavailable(exc)
+            return answer if answer is not None else func(*args, **kwargs)
+        if not acquired:
+            return call.busy()
+        try:
+            result = func(*args, **kwargs)
+        except BaseException:
+            call.release()
+            raise
+        return call.finish(result)
+
+    return wrapper
+
+
+def _decorate_view_class(cls: type[View], options: _Options) -> type[View]:
+    """Lock ``cls.dispatch``; names see ``self``, ``request`` and the URL kwargs."""
+    dispatch = cls.dispatch
+    dotted = f"{cls.__module__}.{cls.__qualname__}"
+    options = dataclasses.replace(options, label=options.label or dotted)
+    if cls.view_is_async:
+
+        async def async_dispatch(
+            self: View, request: HttpRequest, *args: Any, **kwargs: Any
+        ) -> Any:
+            # An async view's dispatch returns the handler's coroutine.
+            return await cast(Awaitable[Any], dispatch(self, request, *args, **kwargs))
+
+        target: Callable[..., Any] = async_dispatch
+    else:
+
+        def sync_dispatch(self: View, request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+            return dispatch(self, request, *args, **kwargs)
+
+        target = sync_dispatch
+    target.__qualname__ = f"{cls.__qualname__}.dispatch"
+    target.__module__ = cls.__module__
+    cls.dispatch = _decorate_callable(target, options)  # type: ignore[method-assign]
+    return cls
+
+
+def _dotted_name(func: Callable[..., Any]) -> str:
+    """The callable's dotted name; for a view's bound dispatch, the view class's."""
+    owner = getattr(getattr(func, "func", None), "__self__", None)
+    if isinstance(owner, View):
+        return f"{type(owner).__module__}.{type(owner).__qualname__}"
+    return f"{func.__module__}.{func.__qualname__}"
+
+
+def _is_async(func: Callable[..., Any]) -> bool:
+    if iscoroutinefunction(func):
+        return True
+    # method_decorator hands us dispatch bound in a partial; async views return coroutines.
+    owner = getattr(getattr(func, "func", None), "__self__", None)
+    return isinstance(owner, View) and bool(type(owner).view_is_async)
+
+
+def _request_in(args: tuple[Any, ...]) -> HttpRequest | None:
+    """The request of a view call: the first argument, or the second after ``self``."""
+    for arg in args[:2]:
+        if isinstance(arg, HttpRequest):
+            return arg
+    return None
+
+
+def _celery_task_id() -> str | None:
+    """The id of the Celery task running in this thread, if any."""
+    if "celery" not in sys.modules:
+        return None
+    from celery import current_task
+
+    task = current_task._get_current_object()
+    if task is None or task.request.called_directly:
+        return None
+    return str(task.request.id)
+
+
+def _busy_status() -> int:
+    return int(lock_settings.BUSY_STATUS)
+
+
+def _answer(request: HttpRequest, status: int, error: str, detail: str) -> HttpResponse:
+    """A short JSON body for clients that ask for JSON, plain text otherwise."""
+    accept = request.headers.get("Accept", "")
+    if "json" in accept and "html" not in accept:
+        return JsonResponse({"error": error, "detail": detail}, status=status)
+    return HttpResponse(detail + "\n", status=status, content_type="text/plain; charset=utf-8")
+
+
+def _release_on_close(response: HttpResponseBase, release: Callable[[], None]) -> None:
+    """Release when the server closes the response, after the last chunk or a disconnect."""
+    close, released = response.close, False
+
+    def close_and_release() -> None:
+        nonlocal released
+        try:
+            close()
+        finally:
+            if not released:  # servers and test clients may close twice
+                released = True
+                release()
+
+    response.close = close_and_release  # type: ignore[method-assign]

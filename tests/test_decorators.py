@@ -1,0 +1,282 @@
+"""@locked on views (sync, async, class-based), plain functions, and real HTTP requests."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import urllib.error
+import urllib.request
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import AsyncClient, Client, override_settings
+from django.test.client import AsyncRequestFactory
+
+from django_redis_lock import LockBusy, LockUnavailable, get_lock_manager, lock, locked
+from testproject.redis_server import RedisServerGroup
+from testproject.settings import build_caches
+from tests import views
+from tests.helpers import wait_until
+
+pytestmark = pytest.mark.urls("tests.urls")
+
+
+def _hold(name: str) -> Any:
+    held = lock(name, timeout=12, auto_renew=False)
+    assert held.acquire(blocking=False)
+    return held
+
+
+def test_view_runs_under_its_lock_and_records_who_holds_it(client: Client) -> None:
+    response = client.get("/pay/42/")
+    assert response.status_code == 200
+    assert response.json() == {"invoice": 42, "label": "tests.views.pay GET /pay/42/"}
+    assert not lock("invoice:42").locked()
+
+
+def test_busy_view_answers_423_with_retry_after(client: Client) -> None:
+    held = _hold("invoice:7")
+    response = client.get("/pay/7/")
+    assert response.status_code == 423
+    assert response["Retry-After"] == "12"
+    assert response["Content-Type"].startswith("text/plain")
+    assert b"busy" in response.content
+    as_json = client.get("/pay/7/", headers={"Accept": "application/json"})
+    assert as_json.status_code == 423
+    assert as_json.json()["error"] == "locked"
+    held.release()
+    assert client.get("/pay/7/").status_code == 200
+
+
+def test_busy_status_is_a_setting(client: Client) -> None:
+    held = _hold("invoice:8")
+    with override_settings(REDIS_LOCK={"BUSY_STATUS": 409}):
+        assert client.get("/pay/8/").status_code == 409
+    held.release()
+
+
+@pytest.mark.django_db
+def test_template_with_attribute_access(client: Client) -> None:
+    user = User.objects.create_user("ada")
+    client.force_login(user)
+    response = client.get("/profile/")
+    assert response.content.decode() == "tests.views.profile GET /profile/"
+    held = _hold(f"user:{user.pk}")
+    assert client.get("/profile/").status_code == 423
+    held.release()
+
+
+def test_callable_name(client: Client) -> None:
+    assert client.get("/item/abc/").content == b"True"
+    held = _hold("item:ABC")
+    assert client.get("/item/abc/").status_code == 423
+    held.release()
+
+
+def test_on_busy_replaces_the_busy_response(client: Client) -> None:
+    held = _hold("custom")
+    response = client.get("/custom/")
+    assert (response.status_code, response.content) == (409, b"come back later")
+    held.release()
+    assert client.get("/custom/").content == b"ran"
+
+
+def test_lock_is_released_when_the_view_raises(client: Client) -> None:
+    with pytest.raises(ValueError, match="view failed"):
+        client.get("/boom/")
+    assert not lock("boom").locked()
+
+
+def test_streaming_response_keeps_the_lock_until_closed(client: Client) -> None:
+    response = client.get("/stream/")
+    assert lock("stream").locked()
+    body = b"".join(response.streaming_content)  # type: ignore[attr-defined]
+    assert body == b"0:True;1:True;2:True;"
+    # The test client closes the response after the last chunk, as a server does.
+    assert not lock("stream").locked()
+
+
+@pytest.mark.parametrize(
+    ("path", "name", "label"),
+    [
+        ("/report/3/", "report:3", "tests.views.ReportView GET /report/3/"),
+        ("/klass/3/", "klass:3", "tests.views.ClassDecoratedView GET /klass/3/"),
+    ],
+)
+def test_class_based_views(client: Client, path: str, name: str, label: str) -> None:
+    response = client.get(path)
+    assert response.content.decode() == label
+    held = _hold(name)
+    assert client.get(path).status_code == 423
+    held.release()
+
+
+@pytest.mark.parametrize(
+    ("path", "name"),
+    [("/apay/5/", "ainvoice:5"), ("/areport/5/", "areport:5"), ("/aklass/5/", "aklass:5")],
+)
+def test_async_views(path: str, name: str) -> None:
+    async def main() -> tuple[int, int, int]:
+        client = AsyncClient()
+        free = (await client.get(path)).status_code
+        held = lock(name, timeout=5, auto_renew=False)
+        await held.aacquire()
+        busy = await client.get(path)
+        await held.arelease()
+        assert busy["Retry-After"] == "5"
+        again = (await client.get(path)).status_code
+        return free, busy.status_code, again
+
+    assert asyncio.run(main()) == (200, 423, 200)
+    assert not lock(name).locked()
+
+
+def test_async_view_releases_when_the_client_goes_away() -> None:
+    async def main() -> None:
+        request = AsyncRequestFactory().get("/agated/x/")
+        task = asyncio.create_task(views.agated(request, name="x"))
+        for _ in range(200):  # until the view holds its lock (bounded)
+            if await lock("agated:x").alocked():
+                break
+            await asyncio.sleep(0.005)
+        assert await lock("agated:x").alocked()
+        task.cancel()  # what Django does when the ASGI client disconnects
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert not await lock("agated:x").alocked()
+
+    asyncio.run(main())
+
+
+def test_view_answers_503_when_redis_is_down(
+    client: Client, redis_factory: RedisServerGroup
+) -> None:
+    server = redis_factory()
+    with override_settings(CACHES=build_caches(server.url)):
+        server.stop()
+        response = client.get("/pay/1/", headers={"Accept": "application/json"})
+        assert response.status_code == 503
+        assert response.json()["error"] == "unavailable"
+        with override_settings(REDIS_LOCK={"RUN_UNLOCKED_IF_UNAVAILABLE": True}):
+            assert client.get("/custom/").content == b"ran"
+
+
+# -- plain functions -------------------------------------------------------------------------
+
+
+@locked("add:{x}")
+def add(x: int, y: int = 1) -> int:
+    assert get_lock_manager().get(f"add:{x}") is not None
+    return x + y
+
+
+@locked("aadd:{x}", on_busy=lambda x, y=1: -1)
+async def aadd(x: int, y: int = 1) -> int:
+    return x + y
+
+
+def test_plain_function_runs_locked_or_raises_lock_busy() -> None:
+    assert add(2, y=3) == 5
+    held = _hold("add:2")
+    with pytest.raises(LockBusy):
+        add(2)
+    assert add(3) == 4  # another name, another lock
+    held.release()
+    assert get_lock_manager().get("add:2") is None
+
+
+def test_async_function_with_on_busy() -> None:
+    assert asyncio.run(aadd(1)) == 2
+    held = _hold("aadd:1")
+    assert asyncio.run(aadd(1)) == -1
+    held.release()
+
+
+def test_function_waits_up_to_blocking_timeout() -> None:
+    @locked("patient", blocking_timeout=5)
+    def patient() -> str:
+        return "ran"
+
+    held = _hold("patient")
+    results: list[str] = []
+    thread = threading.Thread(target=lambda: results.append(patient()))
+    thread.start()
+    wait_until(lambda: lock("patient").ttl() is not None)
+    held.release()
+    thread.join(5)
+    assert results == ["ran"]
+
+
+def test_function_raises_lock_unavailable_when_redis_is_down(
+    redis_factory: RedisServerGroup,
+) -> None:
+    server = redis_factory()
+    with override_settings(CACHES=build_caches(server.url)):
+        server.stop()
+        with pytest.raises(LockUnavailable):
+            add(1)
+
+
+def test_template_naming_an_unknown_argument_fails_at_decoration() -> None:
+    def pay(request: object, invoice_id: int) -> None: ...
+
+    with pytest.raises(ValueError, match=r"invoce_id.*takes: request, invoice_id"):
+        locked("invoice:{invoce_id}")(pay)
+
+
+@pytest.mark.parametrize(
+    ("name", "error"),
+    [("x:{}", ValueError), ("x:{0}", ValueError), ("", ValueError), (3, TypeError)],
+)
+def test_bad_names_fail_at_decoration(name: Any, error: type[Exception]) -> None:
+    with pytest.raises(error):
+        locked(name)(lambda: None)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"timeout": 0}, {"blocking_timeout": -1}, {"on_busy": "x"}, {"label": 1}, {"auto_renew": 1}],
+)
+def test_bad_options_fail_at_decoration(options: dict[str, Any]) -> None:
+    with pytest.raises((TypeError, ValueError)):
+        locked("x", **options)
+
+
+def test_decorating_a_class_that_is_not_a_view_fails() -> None:
+    with pytest.raises(TypeError, match="class-based views"):
+        locked("x")(int)
+
+
+# -- real HTTP -------------------------------------------------------------------------------
+
+
+def _get(url: str) -> tuple[int, str | None]:
+    try:
+        with urllib.request.urlopen(url, timeout=15) as response:
+            return response.status, None
+    except urllib.error.HTTPError as error:
+        return error.code, error.headers.get("Retry-After")
+
+
+def test_concurrent_requests_one_runs_the_others_get_423(live_server: Any) -> None:
+    url = f"{live_server.url}/gated/race/"
+    start = threading.Barrier(6)
+    results: list[tuple[int, str | None]] = []
+
+    def request() -> None:
+        start.wait(10)
+        results.append(_get(url))
+
+    threads = [threading.Thread(target=request) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    try:
+        wait_until(lambda: len(results) == 5, timeout=15)  # everyone but the runner
+        assert all(status == 423 and retry for status, retry in results)
+    finally:
+        views.gate("race").set()
+        for thread in threads:
+            thread.join(15)
+    assert sorted(status for status, _ in results) == [200] + [423] * 5
+    assert views.RUNS["race"] == 1

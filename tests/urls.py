@@ -1,0 +1,23 @@
+"""URLs of tests/views.py, for tests marked ``@pytest.mark.urls("tests.urls")``."""
+
+from __future__ import annotations
+
+from django.urls import path
+
+from tests import views
+
+urlpatterns = [
+    path("pay/<int:invoice_id>/", views.pay),
+    path("apay/<int:invoice_id>/", views.apay),
+    path("profile/", views.profile),
+    path("item/<str:item>/", views.by_callable),
+    path("custom/", views.custom_busy),
+    path("boom/", views.boom),
+    path("stream/", views.stream),
+    path("gated/<str:name>/", views.gated),
+    path("agated/<str:name>/", views.agated),
+    path("report/<int:pk>/", views.ReportView.as_view()),
+    path("areport/<int:pk>/", views.AsyncReportView.as_view()),
+    path("klass/<int:pk>/", views.ClassDecoratedView.as_view()),
+    path("aklass/<int:pk>/", views.AsyncClassDecoratedView.as_view()),
+]
