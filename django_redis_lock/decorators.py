@@ -3,24 +3,25 @@
 Views (function-based, class-based, sync and async) answer a busy lock with 423 and a
 Retry-After header, and an unreachable Redis with 503; plain functions and tasks raise
 LockBusy and LockUnavailable. The lock is released when the call returns or raises, and for a
-streaming response when the response is closed.
+streaming response when the response is closed (or dropped unclosed).
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 import inspect
 import logging
 import math
 import string
 import sys
+import threading
+import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
-from asgiref.sync import iscoroutinefunction
+from asgiref.sync import iscoroutinefunction, sync_to_async
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 from django.views import View
 
@@ -80,6 +81,8 @@ def locked(
     if auto_renew is not None and not isinstance(auto_renew, bool):
         raise TypeError(f"auto_renew must be True, False or None, not {auto_renew!r}.")
     options = _Options(name, timeout, blocking_timeout, auto_renew, on_busy, label, using)
+    # method_decorator decorates on every call: what can be reused is kept here.
+    specs: dict[tuple[Any, type], _Spec] = {}
 
     def decorate(target: Decorated) -> Decorated:
         if isinstance(target, type):
@@ -88,7 +91,16 @@ def locked(
             raise TypeError("@locked decorates functions and class-based views, not classes.")
         if not callable(target):
             raise TypeError(f"@locked decorates callables, not {type(target).__name__}.")
-        return _decorate_callable(target, options)  # type: ignore[return-value]
+        if inspect.isgeneratorfunction(target) or inspect.isasyncgenfunction(target):
+            raise TypeError(
+                "@locked cannot decorate a generator function: its body runs after the call "
+                "returns, outside the lock. Take the lock inside it with `with lock(...)`."
+            )
+        spec = _spec_for(target, options, specs)
+        if on_busy is not None and iscoroutinefunction(on_busy) and not spec.is_async:
+            raise TypeError("An async on_busy needs an async decorated callable.")
+        wrap = _wrap_async if spec.is_async else _wrap_sync
+        return wrap(target, spec)  # type: ignore[return-value]
 
     return decorate
 
@@ -103,6 +115,9 @@ class _Naming:
         self._var_keyword = next(
             (p.name for p in signature.parameters.values() if p.kind is p.VAR_KEYWORD), None
         )
+        # A callable, or attribute or index access, may touch the database (request.user):
+        # async callers compute such names in a thread.
+        self.needs_thread = callable(spec)
         if callable(spec):
             return
         if not spec:
@@ -120,6 +135,7 @@ class _Naming:
                 f"which {where} does not take (it takes: "
                 f"{', '.join(signature.parameters) or 'nothing'})."
             )
+        self.needs_thread = fields != roots
         if not fields:
             self._constant = validate_name(spec.format())
 
@@ -141,15 +157,60 @@ class _Naming:
             ) from None
 
 
+@dataclass(frozen=True)
+class _Spec:
+    """What a @locked callable was decorated with, and how it is called."""
+
+    options: _Options
+    naming: _Naming
+    label: str
+    is_async: bool
+    signature: inspect.Signature
+
+
+def _spec_for(
+    func: Callable[..., Any], options: _Options, cache: dict[tuple[Any, type], _Spec]
+) -> _Spec:
+    # method_decorator hands over dispatch (or a handler) bound in a partial, maybe under
+    # other decorators; the partial's own signature (without self) is the one calls use.
+    inner = inspect.unwrap(func, stop=lambda f: isinstance(f, functools.partial))
+    owner = getattr(getattr(inner, "func", None), "__self__", None)
+    if isinstance(inner, functools.partial) and isinstance(owner, View):
+        key = (getattr(inner.func, "__func__", inner.func), type(owner))
+        spec = cache.get(key)
+        if spec is None:
+            signature = inspect.signature(inner, follow_wrapped=False)
+            dotted = f"{type(owner).__module__}.{type(owner).__qualname__}"
+            spec = cache[key] = _Spec(
+                options,
+                _Naming(options.name, signature, dotted),
+                options.label or dotted,
+                is_async=bool(type(owner).view_is_async),
+                signature=signature,
+            )
+        return spec
+    signature = inspect.signature(func)
+    dotted = f"{func.__module__}.{func.__qualname__}"
+    return _Spec(
+        options,
+        _Naming(options.name, signature, dotted),
+        options.label or dotted,
+        is_async=iscoroutinefunction(func),
+        signature=signature,
+    )
+
+
 class _Call:
     """One call of a @locked callable: its lock, and the answers when it cannot be had."""
 
-    def __init__(self, spec: _Spec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    def __init__(
+        self, spec: _Spec, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> None:
         self.spec, self.args, self.kwargs = spec, args, kwargs
         self.request = _request_in(args)
         options = spec.options
         self.lock: Lock = get_lock_manager(options.using).lock(
-            spec.naming(args, kwargs),
+            name,
             timeout=options.timeout,
             blocking_timeout=options.blocking_timeout,
             auto_renew=options.auto_renew,
@@ -170,14 +231,11 @@ class _Call:
             return self.spec.options.on_busy(*self.args, **self.kwargs)
         if self.request is None:
             raise LockBusy(f"The lock {name!r} is held by someone else.")
-        logger.info("Lock %r is busy: %s answers %s.", name, self.spec.label, _busy_status())
+        status = int(lock_settings.BUSY_STATUS)
+        logger.info("Lock %r is busy: %s answers %s.", name, self.spec.label, status)
         retry_after = max(1, math.ceil(self.lock.busy_ttl or 0))
-        response = _answer(
-            self.request,
-            _busy_status(),
-            "locked",
-            f"This resource is busy; retry in {retry_after} s.",
-        )
+        detail = f"This resource is busy; retry in {retry_after} s."
+        response = _answer(self.request, status, "locked", detail)
         response["Retry-After"] = str(retry_after)
         return response
 
@@ -186,14 +244,11 @@ class _Call:
         if self.request is None:
             raise exc
         if lock_settings.RUN_UNLOCKED_IF_UNAVAILABLE:
-            logger.warning(
-                "Redis is unavailable; %s runs WITHOUT its lock: %s", self.spec.label, exc
-            )
+            logger.warning("Redis is unavailable; %s runs UNLOCKED: %s", self.spec.label, exc)
             return None
         logger.warning("Redis is unavailable; %s answers 503: %s", self.spec.label, exc)
-        return _answer(
-            self.request, 503, "unavailable", "The lock service is unavailable; retry later."
-        )
+        detail = "The lock service is unavailable; retry later."
+        return _answer(self.request, 503, "unavailable", detail)
 
     def finish(self, result: Any) -> Any:
         """Release now, or when a streaming response is closed; return ``result``."""
@@ -208,69 +263,37 @@ class _Call:
         try:
             self.lock.release()
         except LockError as exc:
-            logger.error(
-                "Lock %r could not be released by %s: %s", self.lock.name, self.spec.label, exc
-            )
+            self._log_release_failure(exc)
 
     async def arelease(self) -> None:
         """:meth:`release` for async code."""
         try:
             await self.lock.arelease()
         except LockError as exc:
-            logger.error(
-                "Lock %r could not be released by %s: %s", self.lock.name, self.spec.label, exc
-            )
+            self._log_release_failure(exc)
+
+    def _log_release_failure(self, exc: LockError) -> None:
+        name, label = self.lock.name, self.spec.label
+        logger.error("Lock %r could not be released by %s: %s", name, label, exc)
+
+    def holds(self) -> bool:
+        """Whether the acquire got as far as taking the lock (it may have been interrupted)."""
+        return self.lock.fencing_token is not None
 
 
-@dataclass(frozen=True)
-class _Spec:
-    """What a @locked callable was decorated with."""
-
-    options: _Options
-    naming: _Naming
-    label: str
-
-
-def _decorate_callable(func: Callable[..., Any], options: _Options) -> Callable[..., Any]:
-    # method_decorator passes dispatch bound in a partial whose __wrapped__ is the unbound
-    # method: its own signature (without self) is the one calls are made with.
-    signature = inspect.signature(func, follow_wrapped=not isinstance(func, functools.partial))
-    dotted = _dotted_name(func)
-    spec = _Spec(options, _Naming(options.name, signature, dotted), options.label or dotted)
-
-    if _is_async(func):
-
-        @functools.wraps(func)
-        async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-            call = _Call(spec, args, kwargs)
-            try:
-                acquired = await call.lock.aacquire()
-            except LockUnavailable as exc:
-                answer = call.unavailable(exc)
-                return answer if answer is not None else await func(*args, **kwargs)
-            if not acquired:
-                busy = call.busy()
-                return await busy if inspect.isawaitable(busy) else busy
-            try:
-                result = await func(*args, **kwargs)
-            except BaseException:
-                await asyncio.shield(call.arelease())  # also when the client went away
-                raise
-            if isinstance(result, HttpResponseBase) and result.streaming:
-                return call.finish(result)
-            await asyncio.shield(call.arelease())
-            return result
-
-        return async_wrapper
-
+def _wrap_sync(func: Callable[..., Any], spec: _Spec) -> Callable[..., Any]:
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        call = _Call(spec, args, kwargs)
+        call = _Call(spec, spec.naming(args, kwargs), args, kwargs)
         try:
             acquired = call.lock.acquire()
         except LockUnavailable as exc:
             answer = call.unavailable(exc)
             return answer if answer is not None else func(*args, **kwargs)
+        except BaseException:  # interrupted (KeyboardInterrupt, a time limit), maybe holding
+            if call.holds():
+                call.release()
+            raise
         if not acquired:
             return call.busy()
         try:
@@ -278,58 +301,90 @@ def _decorate_callable(func: Callable[..., Any], options: _Options) -> Callable[
         except BaseException:
             call.release()
             raise
+        if inspect.isawaitable(result):  # an async view this decorator could not tell apart
+            call.release()
+            getattr(result, "close", lambda: None)()
+            raise TypeError(f"{spec.label} returned an awaitable; it cannot run under @locked.")
         return call.finish(result)
 
+    wrapper.__signature__ = spec.signature  # type: ignore[attr-defined]  # Celery reads it
+    return wrapper
+
+
+def _wrap_async(func: Callable[..., Any], spec: _Spec) -> Callable[..., Any]:
+    name_in_thread = sync_to_async(spec.naming) if spec.naming.needs_thread else None
+
+    @functools.wraps(func)
+    async def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if name_in_thread is not None:
+            name = await name_in_thread(args, kwargs)
+        else:
+            name = spec.naming(args, kwargs)
+        call = _Call(spec, name, args, kwargs)
+        try:
+            acquired = await call.lock.aacquire()
+        except LockUnavailable as exc:
+            answer = call.unavailable(exc)
+            return answer if answer is not None else await func(*args, **kwargs)
+        except BaseException:
+            if call.holds():
+                await asyncio.shield(call.arelease())
+            raise
+        if not acquired:
+            busy = call.busy()
+            return await busy if inspect.isawaitable(busy) else busy
+        try:
+            result = await func(*args, **kwargs)
+        except BaseException:
+            await asyncio.shield(call.arelease())  # also when the client went away
+            raise
+        if isinstance(result, HttpResponseBase) and result.streaming:
+            return call.finish(result)
+        await asyncio.shield(call.arelease())
+        return result
+
+    wrapper.__signature__ = spec.signature  # type: ignore[attr-defined]
     return wrapper
 
 
 def _decorate_view_class(cls: type[View], options: _Options) -> type[View]:
-    """Lock ``cls.dispatch``; names see ``self``, ``request`` and the URL kwargs."""
+    """Lock ``cls.dispatch``: the name and on_busy get ``self``, ``request`` and URL kwargs.
+
+    Whether a view is async is decided per call, so subclasses may differ from the class.
+    """
     dispatch = cls.dispatch
+
+    def sync_dispatch(self: View, request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+        return dispatch(self, request, *args, **kwargs)
+
+    async def async_dispatch(self: View, request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+        # An async view's dispatch returns the handler's coroutine.
+        return await cast(Awaitable[Any], dispatch(self, request, *args, **kwargs))
+
     dotted = f"{cls.__module__}.{cls.__qualname__}"
-    options = dataclasses.replace(options, label=options.label or dotted)
-    if cls.view_is_async:
+    signature = inspect.signature(sync_dispatch)
+    naming = _Naming(options.name, signature, dotted)
+    label = options.label or dotted
+    locked_sync = _wrap_sync(sync_dispatch, _Spec(options, naming, label, False, signature))
+    locked_async = _wrap_async(async_dispatch, _Spec(options, naming, label, True, signature))
 
-        async def async_dispatch(
-            self: View, request: HttpRequest, *args: Any, **kwargs: Any
-        ) -> Any:
-            # An async view's dispatch returns the handler's coroutine.
-            return await cast(Awaitable[Any], dispatch(self, request, *args, **kwargs))
+    @functools.wraps(dispatch)
+    def locked_dispatch(self: View, request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+        handler = locked_async if type(self).view_is_async else locked_sync
+        return handler(self, request, *args, **kwargs)
 
-        target: Callable[..., Any] = async_dispatch
-    else:
-
-        def sync_dispatch(self: View, request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-            return dispatch(self, request, *args, **kwargs)
-
-        target = sync_dispatch
-    target.__qualname__ = f"{cls.__qualname__}.dispatch"
-    target.__module__ = cls.__module__
-    cls.dispatch = _decorate_callable(target, options)  # type: ignore[method-assign]
+    cls.dispatch = locked_dispatch  # type: ignore[method-assign]
     return cls
 
 
-def _dotted_name(func: Callable[..., Any]) -> str:
-    """The callable's dotted name; for a view's bound dispatch, the view class's."""
-    owner = getattr(getattr(func, "func", None), "__self__", None)
-    if isinstance(owner, View):
-        return f"{type(owner).__module__}.{type(owner).__qualname__}"
-    return f"{func.__module__}.{func.__qualname__}"
-
-
-def _is_async(func: Callable[..., Any]) -> bool:
-    if iscoroutinefunction(func):
-        return True
-    # method_decorator hands us dispatch bound in a partial; async views return coroutines.
-    owner = getattr(getattr(func, "func", None), "__self__", None)
-    return isinstance(owner, View) and bool(type(owner).view_is_async)
-
-
 def _request_in(args: tuple[Any, ...]) -> HttpRequest | None:
-    """The request of a view call: the first argument, or the second after ``self``."""
+    """The request of a view call: the first argument, or the second after ``self``.
+
+    Django REST framework's Request wraps an HttpRequest and answers for it.
+    """
     for arg in args[:2]:
-        if isinstance(arg, HttpRequest):
-            return arg
+        if isinstance(arg, HttpRequest) or isinstance(getattr(arg, "_request", None), HttpRequest):
+            return cast(HttpRequest, arg)
     return None
 
 
@@ -345,10 +400,6 @@ def _celery_task_id() -> str | None:
     return str(task.request.id)
 
 
-def _busy_status() -> int:
-    return int(lock_settings.BUSY_STATUS)
-
-
 def _answer(request: HttpRequest, status: int, error: str, detail: str) -> HttpResponse:
     """A short JSON body for clients that ask for JSON, plain text otherwise."""
     accept = request.headers.get("Accept", "")
@@ -358,16 +409,27 @@ def _answer(request: HttpRequest, status: int, error: str, detail: str) -> HttpR
 
 
 def _release_on_close(response: HttpResponseBase, release: Callable[[], None]) -> None:
-    """Release when the server closes the response, after the last chunk or a disconnect."""
-    close, released = response.close, False
+    """Release when the server closes the response (after the last chunk, or a disconnect),
+    or when the response is dropped unclosed (a middleware replaced it, say); once."""
+    release_once = weakref.finalize(response, _release_off_the_loop, release)
+    close, response_ref = type(response).close, weakref.ref(response)
 
     def close_and_release() -> None:
-        nonlocal released
         try:
-            close()
+            current = response_ref()
+            if current is not None:
+                close(current)
         finally:
-            if not released:  # servers and test clients may close twice
-                released = True
-                release()
+            release_once()
 
     response.close = close_and_release  # type: ignore[method-assign]
+
+
+def _release_off_the_loop(release: Callable[[], None]) -> None:
+    """Run ``release``; from an event loop's thread (a finalizer may), in a thread of its own."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        release()
+    else:
+        threading.Thread(target=release, name="django_redis_lock-release", daemon=True).start()

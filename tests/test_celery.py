@@ -102,3 +102,10 @@ def test_lock_is_taken_when_the_task_runs_not_when_it_is_queued(
     assert get_lock_manager().get("report:8") is not None
     redis_client.rpush("gate:8", "open")
     assert queued.get(timeout=RESULT_SECONDS) == "report 8 built"
+
+
+def test_locked_task_keeps_its_signature_for_celery() -> None:
+    from testproject.tasks import build_report
+
+    with pytest.raises(TypeError):
+        build_report.delay(7)  # Celery checks arguments against the task's signature

@@ -20,4 +20,7 @@ urlpatterns = [
     path("areport/<int:pk>/", views.AsyncReportView.as_view()),
     path("klass/<int:pk>/", views.ClassDecoratedView.as_view()),
     path("aklass/<int:pk>/", views.AsyncClassDecoratedView.as_view()),
+    path("stacked/<int:pk>/", views.StackedReportView.as_view()),
+    path("astacked/<int:pk>/", views.AsyncStackedReportView.as_view()),
+    path("asubclass/<int:pk>/", views.AsyncSubclassView.as_view()),
 ]

@@ -9,8 +9,9 @@ from collections.abc import Iterator
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.utils.decorators import method_decorator
 from django.views import View
+from django.views.decorators.http import require_GET
 
-from django_redis_lock import get_lock_manager, locked
+from django_redis_lock import get_lock_manager, lock, locked
 
 #: Gates that gated views wait for, by name; views never wait longer than GATE_SECONDS.
 GATES: dict[str, threading.Event] = {}
@@ -37,7 +38,7 @@ def pay(request: HttpRequest, invoice_id: int) -> HttpResponse:
 
 @locked("ainvoice:{invoice_id}")
 async def apay(request: HttpRequest, invoice_id: int) -> HttpResponse:
-    return HttpResponse(f"paid {invoice_id}")
+    return HttpResponse(str(await lock(f"ainvoice:{invoice_id}").alocked()))
 
 
 @locked("user:{request.user.pk}")
@@ -93,8 +94,7 @@ class ReportView(View):
 @method_decorator(locked("areport:{pk}"), name="dispatch")
 class AsyncReportView(View):
     async def get(self, request: HttpRequest, pk: int) -> HttpResponse:
-        info = await asyncio.to_thread(get_lock_manager().get, f"areport:{pk}")
-        return HttpResponse(str(info is not None))
+        return HttpResponse(str(await lock(f"areport:{pk}").alocked()))
 
 
 @locked("klass:{pk}")
@@ -106,5 +106,23 @@ class ClassDecoratedView(View):
 @locked("aklass:{pk}")
 class AsyncClassDecoratedView(View):
     async def get(self, request: HttpRequest, pk: int) -> HttpResponse:
-        info = await asyncio.to_thread(get_lock_manager().get, f"aklass:{pk}")
-        return HttpResponse(str(info is not None))
+        return HttpResponse(str(await lock(f"aklass:{pk}").alocked()))
+
+
+@method_decorator([locked("stacked:{pk}"), require_GET], name="dispatch")
+class StackedReportView(View):
+    def get(self, request: HttpRequest, pk: int) -> HttpResponse:
+        return HttpResponse(str(lock(f"stacked:{pk}").locked()))
+
+
+@method_decorator([locked("astacked:{pk}"), require_GET], name="dispatch")
+class AsyncStackedReportView(View):
+    async def get(self, request: HttpRequest, pk: int) -> HttpResponse:
+        return HttpResponse(str(await lock(f"astacked:{pk}").alocked()))
+
+
+class AsyncSubclassView(ClassDecoratedView):
+    """A sync class-decorated view made async by a subclass."""
+
+    async def get(self, request: HttpRequest, pk: int) -> HttpResponse:  # type: ignore[override]
+        return HttpResponse(str(await lock(f"klass:{pk}").alocked()))
