@@ -10,6 +10,7 @@ are unchanged), then runs the rest of the command with the virtualenv's Python.
     test   run the test suite (python -m pytest ARGS); exits with pytest's status
     lint   ruff check, ruff format --check, mypy and a README.rst render check; exits non-zero
            if any of them fails
+    bench  run a benchmark of bench/ (`bench listing`): each starts its own Redis
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ VENV_PYTHON = VENV / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
 STAMP = VENV / ".dev-py-install"
 EXTRAS = "test,lint,demo"
 STOP_TIMEOUT = 10.0
-COMMANDS = ("demo", "test", "lint")
+COMMANDS = ("demo", "test", "lint", "bench")
 
 
 def say(message: str) -> None:
@@ -103,6 +104,17 @@ def run_test(args: Sequence[str]) -> int:
     os.chdir(ROOT)
     say(f"running: python -m pytest {' '.join(args)}".rstrip())
     return subprocess.run([sys.executable, "-m", "pytest", *args], check=False).returncode
+
+
+def run_bench(args: Sequence[str]) -> int:
+    """python bench/NAME.py ARGS; each benchmark starts the Redis it measures."""
+    names = sorted(path.stem for path in (ROOT / "bench").glob("*.py") if path.stem[0] != "_")
+    if not args or args[0] not in names:
+        fail(f"usage: dev.py bench NAME [ARGS...]; NAME is one of: {', '.join(names)}", 2)
+    os.chdir(ROOT)
+    say(f"running: python bench/{args[0]}.py {' '.join(args[1:])}".rstrip())
+    script = str(ROOT / "bench" / f"{args[0]}.py")
+    return subprocess.run([sys.executable, script, *args[1:]], check=False).returncode
 
 
 def run_lint(args: Sequence[str]) -> int:
@@ -249,7 +261,7 @@ def main(argv: Sequence[str]) -> int:
     if not in_venv():
         reexec_in_venv(argv)
     # Inside .venv from here on.
-    runners = {"demo": run_demo, "test": run_test, "lint": run_lint}
+    runners = {"demo": run_demo, "test": run_test, "lint": run_lint, "bench": run_bench}
     return runners[command](args)
 
 

@@ -91,6 +91,7 @@ class SyncScripts:
     release: Script
     force_release: Script
     extend: Script
+    read: Script
 
 
 @dataclass(frozen=True)
@@ -164,9 +165,7 @@ class LockBackend:
 
     def __init__(self, alias: str) -> None:
         if alias not in caches.settings:
-            raise ImproperlyConfigured(
-                f"REDIS_LOCK uses the cache alias {alias!r}, which is not in CACHES."
-            )
+            raise ImproperlyConfigured(f"The cache alias {alias!r} (for locks) is not in CACHES.")
         cache = caches[alias]
         self.alias = alias
         self.client = redis_client_for(cache)
@@ -177,6 +176,7 @@ class LockBackend:
             release=self.client.register_script(scripts.RELEASE),
             force_release=self.client.register_script(scripts.FORCE_RELEASE),
             extend=self.client.register_script(scripts.EXTEND),
+            read=self.client.register_script(scripts.READ),
         )
         self._async: dict[asyncio.AbstractEventLoop, tuple[redis.asyncio.Redis, AsyncScripts]] = {}
         self._async_mutex = threading.Lock()

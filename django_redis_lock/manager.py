@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterator, Sequence
+import json
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,12 +15,21 @@ from django_redis_lock.exceptions import LockUnavailable
 from django_redis_lock.lock import Lock, tombstone_ms, validate_name
 
 _UTC = datetime.timezone.utc
-# A batch of keys from SCAN (spelt here: inside LockManager, "list" is a method).
+# Lists, spelt here: inside LockManager, "list" is a method.
 KeyBatch = list[str]
+InfoList = list["LockInfo"]
 # Keys fetched per pipelined round trip while listing or clearing.
 BATCH_SIZE = 500
 # The hash fields of a held lock, in the order LockInfo is built from.
 _FIELDS = ("s", "t", "o", "l", "a")
+
+
+@dataclass(frozen=True)
+class LockPage:
+    """A page of held locks, and the cursor of the next page (0: none)."""
+
+    locks: list[LockInfo]
+    next_cursor: int
 
 
 @dataclass(frozen=True)
@@ -41,23 +51,38 @@ def _text(value: bytes | str) -> str:
 def _info(name: str, fields: list[Any], pttl: int) -> LockInfo | None:
     """The LockInfo of a lock hash, or None for a tombstone or a lease that just ended."""
     secret, token, owner, label, acquired_at = fields
-    if secret is None or pttl < 0:
+    if not secret or pttl < 0:
         return None
     return LockInfo(
         name=name,
         fencing_token=int(token),
-        owner=_text(owner or b""),
-        label=_text(label) or None if label is not None else None,
+        owner=owner or "",
+        label=label or None,
         acquired_at=datetime.datetime.fromtimestamp(int(acquired_at) / 1e6, tz=_UTC),
         ttl=pttl / 1000,
     )
 
 
-def _validate_pattern(pattern: object) -> str:
+def validate_pattern(pattern: object) -> str:
+    """``pattern`` if it is a usable Redis glob (``*``, ``?``, ``[...]``, ``\\`` escapes)."""
     if not isinstance(pattern, str):
         raise TypeError(f"A lock name pattern must be a str, not {type(pattern).__name__}.")
     if not pattern:
         raise ValueError("A lock name pattern must not be empty; '*' matches every lock.")
+    escaped = in_class = False
+    for char in pattern:
+        if escaped:
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif char == "[" and not in_class:
+            in_class = True
+        elif char == "]" and in_class:
+            in_class = False
+    if escaped:
+        raise ValueError(f"The pattern {pattern!r} ends with a lone backslash.")
+    if in_class:
+        raise ValueError(f"The pattern {pattern!r} has a '[' without its ']'.")
     return pattern
 
 
@@ -85,9 +110,30 @@ class LockManager:
         for keys in self._scan(pattern):
             yield from self._fetch(keys)
 
+    def page(self, pattern: str = "*", cursor: int = 0, size: int = 100) -> LockPage:
+        """One page of held locks matching ``pattern``, from SCAN ``cursor`` on.
+
+        Reads only as much of the keyspace as the page needs, so the first page of a million
+        locks costs what the first page of ten does. Pages hold about ``size`` locks (SCAN
+        gives no exact counts); ``next_cursor`` is 0 on the last page.
+        """
+        match = self._backend.scan_pattern(validate_pattern(pattern))
+        if not isinstance(cursor, int) or cursor < 0:
+            raise ValueError(f"A SCAN cursor is a whole number of 0 or more, not {cursor!r}.")
+        found: list[LockInfo] = []
+        try:
+            while True:
+                cursor, keys = self._backend.client.scan(cursor, match=match, count=size)
+                found.extend(self._fetch([_text(key) for key in keys]) if keys else ())
+                if cursor == 0 or len(found) >= size:
+                    break
+        except redis.RedisError as exc:
+            raise LockUnavailable(f"Could not list locks: {exc}") from exc
+        return LockPage(sorted(found, key=lambda info: info.name), int(cursor))
+
     def _scan(self, pattern: str) -> Iterator[Sequence[str]]:
         """The lock keys whose names match ``pattern``, in batches, with SCAN (never KEYS)."""
-        match = self._backend.scan_pattern(_validate_pattern(pattern))
+        match = self._backend.scan_pattern(validate_pattern(pattern))
         batch: KeyBatch = []
         try:
             for key in self._backend.client.scan_iter(match=match, count=BATCH_SIZE):
@@ -100,31 +146,25 @@ class LockManager:
         if batch:
             yield batch
 
-    def _fetch(self, keys: Sequence[str]) -> Iterator[LockInfo]:
-        pipe = self._backend.client.pipeline(transaction=False)
-        for key in keys:
-            pipe.hmget(key, _FIELDS)
-            pipe.pttl(key)
+    def _fetch(self, keys: Sequence[str], names: Sequence[str] | None = None) -> InfoList:
+        """The held locks among ``keys`` (named ``names``, else from the keys), in one round
+        trip."""
         try:
-            replies = pipe.execute()
+            values = json.loads(_text(self._backend.scripts.read(keys=keys)))
         except redis.RedisError as exc:
             raise LockUnavailable(f"Could not read locks: {exc}") from exc
-        for i, key in enumerate(keys):
-            info = _info(self._backend.name_from_key(key), replies[2 * i], replies[2 * i + 1])
-            if info is not None:
-                yield info
+        if names is None:
+            names = [self._backend.name_from_key(key) for key in keys]
+        found = (
+            _info(name, values[6 * i : 6 * i + 5], values[6 * i + 5])
+            for i, name in enumerate(names)
+        )
+        return [info for info in found if info is not None]
 
     def get(self, name: str) -> LockInfo | None:
         """The held lock named exactly ``name`` (glob characters are literal), or None."""
-        key = self._backend.keys(validate_name(name)).lock
-        pipe = self._backend.client.pipeline(transaction=False)
-        pipe.hmget(key, _FIELDS)
-        pipe.pttl(key)
-        try:
-            fields, pttl = pipe.execute()
-        except redis.RedisError as exc:
-            raise LockUnavailable(f"Could not read lock {name!r}: {exc}") from exc
-        return _info(name, fields, pttl)
+        found = self._fetch([self._backend.keys(validate_name(name)).lock], [name])
+        return found[0] if found else None
 
     def release(self, name: str) -> bool:
         """Force-release ``name`` whoever holds it, waking its waiters; True if it was held."""
@@ -134,11 +174,12 @@ class LockManager:
         except redis.RedisError as exc:
             raise LockUnavailable(f"Could not release lock {name!r}: {exc}") from exc
 
-    def clear(self, pattern: str = "*") -> int:
+    def clear(self, pattern: str = "*", progress: Callable[[int], None] | None = None) -> int:
         """Force-release every held lock whose name matches ``pattern``; how many were held.
 
         Each lock is released as held when it was read, so a waiter that a release hands it
-        to keeps it; every batch of keys costs two pipelined round trips.
+        to keeps it; every batch of keys costs two pipelined round trips. ``progress`` is
+        called with the number released so far after each batch.
         """
         backend, released = self._backend, 0
         for keys in self._scan(pattern):
@@ -156,6 +197,8 @@ class LockManager:
                 released += sum(write.execute())
             except redis.RedisError as exc:
                 raise LockUnavailable(f"Could not clear locks: {exc}") from exc
+            if progress is not None:
+                progress(released)
         return released
 
 

@@ -183,3 +183,19 @@ end
 redis.call('PEXPIRE', KEYS[1], ms)
 return ms
 """
+
+# KEYS: lock keys (any number; this reads many in one round trip, for listing)
+# ARGV: none
+# Returns one JSON array (one string to parse beats thousands of replies), six values per key:
+# secret (false for a tombstone or no key), token, owner, label, acquired-at (strings, so no
+# digit of the token is lost), and the PTTL.
+READ = """
+local out = {}
+for i, key in ipairs(KEYS) do
+  local fields = redis.call('HMGET', key, 's', 't', 'o', 'l', 'a')
+  local at = (i - 1) * 6
+  for j = 1, 5 do out[at + j] = fields[j] end
+  out[at + 6] = redis.call('PTTL', key)
+end
+return cjson.encode(out)
+"""

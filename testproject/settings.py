@@ -71,7 +71,8 @@ TEMPLATES = [
 DATABASES = {
     "default": {
         "ENGINE": "django.db.backends.sqlite3",
-        "NAME": VAR_DIR / "testproject.sqlite3",
+        # TESTPROJECT_DB: another SQLite file, or ":memory:" (the benchmark uses that).
+        "NAME": os.environ.get("TESTPROJECT_DB") or VAR_DIR / "testproject.sqlite3",
     }
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

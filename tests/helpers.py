@@ -11,6 +11,7 @@ from urllib.parse import urlsplit, urlunsplit
 import redis
 from django.test.utils import override_settings
 
+from django_redis_lock import Lock, lock
 from testproject.settings import build_caches
 
 
@@ -69,3 +70,12 @@ def commandstats(client: redis.Redis) -> dict[str, int]:
     """Calls per command name since the last CONFIG RESETSTAT."""
     stats = client.info("commandstats")
     return {name.removeprefix("cmdstat_"): value["calls"] for name, value in stats.items()}
+
+
+def hold(*names: str, **options: Any) -> list[Lock]:
+    """Acquire a lock for each name (not auto-renewed, 60 s unless told otherwise)."""
+    options = {"timeout": 60, "auto_renew": False, **options}
+    held = [lock(name, **options) for name in names]
+    for each in held:
+        assert each.acquire(blocking=False), each.name
+    return held

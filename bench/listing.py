@@ -1,0 +1,118 @@
+"""Operating locks at scale: `manage.py locks list --json` and the admin's first page.
+
+    python3 dev.py bench listing [--locks 100000] [--repeats 3]
+
+Starts its own redis-server, takes N real locks through the acquire script (pipelined, so the
+setup is quick), then measures, medians over the repeats:
+
+- `manage.py locks list --json` as a subprocess: wall time and peak memory (max RSS), at N and
+  at N/10 (memory must not grow with the number of locks);
+- the admin changelist's first page through Django's test client, logged in as a superuser
+  (in-memory SQLite), at N locks.
+
+Targets (DESIGN.md section 5): list under 3 s, admin first page under 0.5 s, at 100,000 locks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from testproject.redis_server import RedisServer, find_redis_server  # noqa: E402
+
+SETUP_BATCH = 2000
+
+
+def take_locks(count: int, start: int = 0) -> None:
+    """Hold ``count`` locks named bench:<i> for an hour, through the real acquire script."""
+    from django_redis_lock.backends import get_backend
+    from django_redis_lock.lock import tombstone_ms  # noqa: F401  (settings are valid)
+
+    backend = get_backend()
+    for first in range(start, start + count, SETUP_BATCH):
+        pipe = backend.client.pipeline(transaction=False)
+        for i in range(first, min(first + SETUP_BATCH, start + count)):
+            keys = backend.keys(f"bench:{i:07}").as_list()
+            args = [f"secret-{i}", 3_600_000, f"bench-host pid {os.getpid()}", "bench", 0, "-", 0]
+            backend.scripts.acquire(keys=keys, args=args, client=pipe)
+        pipe.execute()
+
+
+def time_list(env: dict[str, str]) -> tuple[float, float]:
+    """Seconds and peak RSS (MiB) of one `manage.py locks list --json`, output discarded."""
+    command = [sys.executable, str(ROOT / "manage.py"), "locks", "list", "--json"]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    started = time.perf_counter()
+    subprocess.run(command, env=env, stdout=subprocess.DEVNULL, check=True, timeout=120)
+    elapsed = time.perf_counter() - started
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return elapsed, max(peak, before) / 1024
+
+
+def time_admin_first_page(repeats: int) -> float:
+    """Median seconds of the admin changelist's first page."""
+    from django.contrib.auth.models import User
+    from django.core.management import call_command
+    from django.test import Client
+
+    call_command("migrate", verbosity=0)
+    client = Client()
+    client.force_login(User.objects.create_superuser("bench", password="bench"))
+    times = []
+    for _ in range(repeats + 1):  # the first warms up templates and scripts
+        started = time.perf_counter()
+        response = client.get("/admin/django_redis_lock/lock/")
+        times.append(time.perf_counter() - started)
+        assert response.status_code == 200, response.status_code
+    return statistics.median(times[1:])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--locks", type=int, default=100_000)
+    parser.add_argument("--repeats", type=int, default=3)
+    options = parser.parse_args()
+
+    server = RedisServer(binary=find_redis_server()).start()
+    try:
+        env = {
+            **os.environ,
+            "REDIS_URL": server.url,
+            "DJANGO_SETTINGS_MODULE": "testproject.settings",
+            "TESTPROJECT_DB": ":memory:",
+            "PYTHONPATH": str(ROOT),
+        }
+        os.environ.update(env)
+        import django
+
+        django.setup()
+        small = options.locks // 10
+        rows = []
+        take_locks(small)
+        small_runs = [time_list(env) for _ in range(options.repeats)]
+        take_locks(options.locks - small, start=small)
+        big_runs = [time_list(env) for _ in range(options.repeats)]
+        admin = time_admin_first_page(options.repeats)
+        for count, runs in ((small, small_runs), (options.locks, big_runs)):
+            seconds = statistics.median(run[0] for run in runs)
+            memory = max(run[1] for run in runs)
+            rows.append(
+                f"locks list --json, {count:,} locks: {seconds:.2f} s, max RSS {memory:.0f} MiB"
+            )
+        rows.append(f"admin first page, {options.locks:,} locks: {admin * 1000:.0f} ms")
+        print("\n".join(rows))
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,190 @@
+"""``manage.py locks``: list, show, release and clear held locks.
+
+Listing streams from SCAN, so memory stays flat however many locks are held; ``--json`` prints
+one JSON array whose objects carry name, fencing_token, owner, label, acquired_at (ISO 8601)
+and ttl.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import sys
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from django_redis_lock.exceptions import LockUnavailable
+from django_redis_lock.manager import LockInfo, LockManager, get_lock_manager
+
+# Rows whose widths set the table's columns; longer cells later are cut.
+_WIDTH_SAMPLE = 500
+_MAX_WIDTH = 60
+_COLUMNS = ("NAME", "TTL", "OWNER", "LABEL", "ACQUIRED", "TOKEN")
+
+
+def as_json(info: LockInfo) -> dict[str, Any]:
+    """The JSON object of one held lock."""
+    return {
+        "name": info.name,
+        "fencing_token": info.fencing_token,
+        "owner": info.owner,
+        "label": info.label,
+        "acquired_at": info.acquired_at.isoformat(),
+        "ttl": info.ttl,
+    }
+
+
+def _cells(info: LockInfo) -> tuple[str, ...]:
+    acquired = info.acquired_at.strftime("%Y-%m-%d %H:%M:%S UTC")
+    ttl = f"{info.ttl:.1f}s"
+    return (info.name, ttl, info.owner, info.label or "-", acquired, str(info.fencing_token))
+
+
+def _line(cells: Iterable[str], widths: list[int]) -> str:
+    """One table line: each cell cut to its column's width, and padded."""
+    padded = (
+        (cell if len(cell) <= width else cell[: width - 1] + "…").ljust(width)
+        for cell, width in zip(cells, widths, strict=True)
+    )
+    return "  ".join(padded).rstrip()
+
+
+class Command(BaseCommand):
+    """List, show, release and clear the locks of the REDIS_LOCK cache (or --using)."""
+
+    help = "List, show, release and clear held Redis locks."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--using", help="The cache alias holding the locks (default: REDIS_LOCK CACHE)."
+        )
+        commands = parser.add_subparsers(dest="subcommand", required=True, metavar="SUBCOMMAND")
+        listing = commands.add_parser("list", help="List held locks.")
+        listing.add_argument("--pattern", default="*", help="Glob on lock names (default: *).")
+        listing.add_argument("--json", action="store_true", help="Print a JSON array.")
+        show = commands.add_parser("show", help="Show one held lock.")
+        show.add_argument("name")
+        show.add_argument("--json", action="store_true", help="Print a JSON object.")
+        release = commands.add_parser("release", help="Force-release one lock.")
+        release.add_argument("name")
+        clear = commands.add_parser("clear", help="Force-release every matching lock.")
+        clear.add_argument("--pattern", default="*", help="Glob on lock names (default: *).")
+        clear.add_argument("--yes", action="store_true", help="Do not ask for confirmation.")
+        clear.add_argument(
+            "--dry-run", action="store_true", help="List what would be released; release nothing."
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            manager = get_lock_manager(options["using"])
+            getattr(self, f"_{options['subcommand']}")(manager, options)
+        except LockUnavailable as exc:
+            raise CommandError(f"Redis is unavailable: {exc}") from exc
+        except (ValueError, TypeError, ImproperlyConfigured) as exc:
+            raise CommandError(str(exc)) from exc
+
+    def _list(self, manager: LockManager, options: dict[str, Any]) -> None:
+        locks = manager.list(options["pattern"])
+        if options["json"]:
+            self._write_json_array(locks)
+        else:
+            self._write_table(locks)
+
+    def _show(self, manager: LockManager, options: dict[str, Any]) -> None:
+        info = self._held(manager, options["name"])
+        if options["json"]:
+            self.stdout.write(json.dumps(as_json(info), indent=2, ensure_ascii=False))
+            return
+        for label, value in zip(_COLUMNS, _cells(info), strict=True):
+            self.stdout.write(f"{self.style.MIGRATE_LABEL(f'{label.lower():>9}')}  {value}")
+
+    def _release(self, manager: LockManager, options: dict[str, Any]) -> None:
+        info = self._held(manager, options["name"])
+        if not manager.release(info.name):
+            raise CommandError(f"The lock {info.name!r} was released meanwhile.")
+        self.stdout.write(
+            self.style.SUCCESS(f"Released {info.name!r}")
+            + f" (held by {info.owner}, fencing token {info.fencing_token})."
+        )
+
+    def _clear(self, manager: LockManager, options: dict[str, Any]) -> None:
+        pattern = options["pattern"]
+        if options["dry_run"]:
+            count = 0
+            for info in manager.list(pattern):
+                count += 1
+                self.stdout.write(f"would release {info.name}  ({info.owner})")
+            self.stdout.write(f"{count} lock{'s' if count != 1 else ''} would be released.")
+            return
+        if not options["yes"]:
+            self._confirm(manager, pattern)
+        progress = self._progress_bar() if self._on_terminal() else None
+        released = manager.clear(pattern, progress=progress)
+        if progress is not None:
+            self.stdout.write("")
+        self.stdout.write(
+            self.style.SUCCESS(f"Released {released} lock{'s' if released != 1 else ''}.")
+        )
+
+    def _confirm(self, manager: LockManager, pattern: str) -> None:
+        if not (sys.stdin.isatty() and self._on_terminal()):
+            raise CommandError("Not on a terminal: pass --yes to clear without confirmation.")
+        count = sum(1 for _ in manager.list(pattern))
+        if not count:
+            raise CommandError(f"No held lock matches {pattern!r}.")
+        answer = input(
+            f"Force-release {count} lock{'s' if count != 1 else ''} matching "
+            f"{pattern!r}? Their holders lose them. [y/N] "
+        )
+        if answer.strip().lower() not in ("y", "yes"):
+            raise CommandError("Cancelled; nothing was released.")
+
+    def _progress_bar(self) -> Any:
+        def show(released: int) -> None:
+            self.stdout.write(f"\r{self.style.MIGRATE_LABEL('released')} {released}", ending="")
+            self.stdout.flush()
+
+        return show
+
+    def _on_terminal(self) -> bool:
+        isatty = getattr(self.stdout, "isatty", None)
+        return bool(isatty and isatty())
+
+    def _held(self, manager: LockManager, name: str) -> LockInfo:
+        info = manager.get(name)
+        if info is None:
+            raise CommandError(f"No lock named {name!r} is held.")
+        return info
+
+    def _write_json_array(self, locks: Iterable[LockInfo]) -> None:
+        """Stream a JSON array, one object per line, without holding the list in memory."""
+        self.stdout.write("[", ending="")
+        separator = "\n"
+        for info in locks:
+            self.stdout.write(separator + json.dumps(as_json(info), ensure_ascii=False), ending="")
+            separator = ",\n"
+        self.stdout.write("\n]")
+
+    def _write_table(self, locks: Iterator[LockInfo]) -> None:
+        """Columns sized from the first rows, then streamed; an empty listing says so."""
+        sample: list[tuple[str, ...]] = []
+        for info in locks:
+            sample.append(_cells(info))
+            if len(sample) == _WIDTH_SAMPLE:
+                break
+        if not sample:
+            self.stdout.write("No held locks.")
+            return
+        widths = [
+            min(_MAX_WIDTH, max(len(column), *(len(row[i]) for row in sample)))
+            for i, column in enumerate(_COLUMNS)
+        ]
+        self.stdout.write(self.style.MIGRATE_HEADING(_line(_COLUMNS, widths)))
+        count = 0
+        for row in itertools.chain(sample, (_cells(info) for info in locks)):
+            count += 1
+            self.stdout.write(_line(row, widths))
+        self.stdout.write(f"{count} held lock{'s' if count != 1 else ''}.")

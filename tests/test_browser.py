@@ -1,0 +1,101 @@
+"""An operator releases a lock in the admin, in a real headless Chromium."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+
+from django_redis_lock import lock
+
+CHANGELIST = "/admin/django_redis_lock/lock/"
+WAIT_SECONDS = 15
+#: Set to a folder to keep the admin screenshot (the README's comes from docs/).
+SCREENSHOT_DIR_ENV = "DJANGO_REDIS_LOCK_SCREENSHOT_DIR"
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[Any]:
+    """A headless Chromium driven by Selenium; skips where no browser is installed."""
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    chromedriver = shutil.which("chromedriver")
+    if not chromium or not chromedriver:
+        pytest.skip("no Chromium here: install Debian's chromium and chromium-driver to run it")
+    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed")
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        "--window-size=1400,900",
+        f"--user-data-dir={tmp_path / 'profile'}",
+    ):
+        options.add_argument(flag)
+    service = webdriver.ChromeService(executable_path=chromedriver)
+    driver = webdriver.Chrome(options=options, service=service)
+    driver.set_page_load_timeout(WAIT_SECONDS)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def _wait_for_text(browser: Any, text: str) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    WebDriverWait(browser, WAIT_SECONDS).until(
+        expected_conditions.text_to_be_present_in_element((By.TAG_NAME, "body"), text)
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_operator_sees_and_releases_a_lock(browser: Any, live_server: Any, tmp_path: Path) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    User.objects.create_superuser("operator", password="s3cret-pass")
+    held = lock("nightly-import", timeout=120, auto_renew=False, label="nightly import job")
+    other = lock("report:2026-11", timeout=300, auto_renew=False, label="monthly report")
+    assert held.acquire(blocking=False)
+    assert other.acquire(blocking=False)
+
+    browser.get(f"{live_server.url}/admin/login/?next={CHANGELIST}")
+    browser.find_element(By.NAME, "username").send_keys("operator")
+    browser.find_element(By.NAME, "password").send_keys("s3cret-pass")
+    browser.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
+    _wait_for_text(browser, "nightly-import")
+
+    row = browser.find_element(By.XPATH, "//tr[.//a[text()='nightly-import']]")
+    assert re.fullmatch(r"1[01]\d\.\d s", row.find_element(By.CLASS_NAME, "field-ttl").text)
+    assert row.find_element(By.CLASS_NAME, "field-label").text == "nightly import job"
+    assert "pid" in row.find_element(By.CLASS_NAME, "field-owner").text
+    folder = Path(os.environ.get(SCREENSHOT_DIR_ENV) or tmp_path)
+    assert browser.save_screenshot(str(folder / "admin-locks.png"))
+
+    row.find_element(By.CLASS_NAME, "action-select").click()
+    Select(browser.find_element(By.NAME, "action")).select_by_value("release_selected")
+    browser.find_element(By.CSS_SELECTOR, "button[name=index]").click()
+    _wait_for_text(browser, "Are you sure")
+    assert held.owned()  # nothing happens before the confirmation
+    browser.find_element(By.CSS_SELECTOR, "input[type=submit][value^='Yes']").click()
+    _wait_for_text(browser, "Released 1 lock.")
+
+    names = [a.text for a in browser.find_elements(By.CSS_SELECTOR, "#result_list th a")]
+    assert names == ["report:2026-11"]
+    assert not held.owned()
+    assert other.owned()

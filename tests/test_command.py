@@ -1,0 +1,172 @@
+"""manage.py locks: through call_command and as a real subprocess."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.test import override_settings
+
+from django_redis_lock import get_lock_manager
+from testproject.redis_server import RedisServerGroup
+from testproject.settings import build_caches
+from tests.helpers import hold
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _run(*args: str) -> str:
+    out = io.StringIO()
+    call_command("locks", *args, stdout=out)
+    return out.getvalue()
+
+
+def test_list_table() -> None:
+    hold("report:1", "report:2", "import", label="nightly")
+    out = _run("list", "--pattern", "report:*")
+    lines = out.splitlines()
+    assert lines[0].split() == ["NAME", "TTL", "OWNER", "LABEL", "ACQUIRED", "TOKEN"]
+    assert sorted(line.split()[0] for line in lines[1:3]) == ["report:1", "report:2"]
+    assert "nightly" in lines[1]
+    assert lines[-1] == "2 held locks."
+    assert _run("list", "--pattern", "nothing*").strip() == "No held locks."
+
+
+def test_list_json() -> None:
+    [held] = hold("report:9", label="nightly")
+    objects = json.loads(_run("list", "--json"))
+    assert len(objects) == 1
+    first = objects[0]
+    assert set(first) == {"name", "fencing_token", "owner", "label", "acquired_at", "ttl"}
+    assert first["name"] == "report:9"
+    assert first["fencing_token"] == held.fencing_token
+    assert first["label"] == "nightly"
+    assert first["acquired_at"].endswith("+00:00")
+    assert 59 < first["ttl"] <= 60
+    assert json.loads(_run("list", "--json", "--pattern", "none*")) == []
+
+
+def test_show() -> None:
+    [held] = hold("job*1", label="nightly")
+    out = _run("show", "job*1")
+    assert "job*1" in out
+    assert str(held.fencing_token) in out
+    data = json.loads(_run("show", "job*1", "--json"))
+    assert data["name"] == "job*1"
+    with pytest.raises(CommandError, match="No lock named 'job\\?1'"):
+        _run("show", "job?1")  # exact names: no glob
+
+
+def test_release() -> None:
+    [held] = hold("stuck", label="nightly")
+    out = _run("release", "stuck")
+    assert "Released 'stuck'" in out
+    assert str(held.fencing_token) in out
+    assert not held.owned()
+    with pytest.raises(CommandError, match="No lock named 'stuck'"):
+        _run("release", "stuck")
+
+
+def test_clear_dry_run_yes_and_refusal() -> None:
+    hold("tmp:1", "tmp:2", "keep", label="nightly")
+    out = _run("clear", "--pattern", "tmp:*", "--dry-run")
+    assert "2 locks would be released." in out
+    assert len(list(get_lock_manager().list())) == 3
+    with pytest.raises(CommandError, match="--yes"):
+        _run("clear", "--pattern", "tmp:*")  # no terminal here
+    assert "Released 2 locks." in _run("clear", "--pattern", "tmp:*", "--yes")
+    assert [info.name for info in get_lock_manager().list()] == ["keep"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["list", "--pattern", "[ab"], "without its ']'"),
+        (["list", "--pattern", ""], "must not be empty"),
+        (["show", ""], "must not be empty"),
+        (["--using", "nope", "list"], "not in CACHES"),
+    ],
+)
+def test_bad_input_is_a_command_error(args: list[str], message: str) -> None:
+    with pytest.raises(CommandError, match=message):
+        _run(*args)
+
+
+def test_redis_down_is_a_command_error(redis_factory: RedisServerGroup) -> None:
+    server = redis_factory()
+    with override_settings(CACHES=build_caches(server.url)):
+        server.stop()
+        for args in (["list"], ["show", "x"], ["release", "x"], ["clear", "--yes"]):
+            with pytest.raises(CommandError, match="Redis is unavailable"):
+                _run(*args)
+
+
+def _manage(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "testproject.settings"}
+    return subprocess.run(
+        [sys.executable, "manage.py", "locks", *args],
+        cwd=ROOT,
+        env=env,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.mark.slow
+def test_as_a_subprocess() -> None:
+    hold("proc:1", "proc:2", label="nightly")
+    listed = _manage("list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert sorted(item["name"] for item in json.loads(listed.stdout)) == ["proc:1", "proc:2"]
+    missing = _manage("show", "nope")
+    assert missing.returncode == 1
+    assert "No lock named 'nope'" in missing.stderr
+    refused = _manage("clear", stdin="y\n")  # stdin is not a terminal: refuses
+    assert refused.returncode == 1
+    assert "--yes" in refused.stderr
+    cleared = _manage("clear", "--yes")
+    assert cleared.returncode == 0
+    assert "Released 2 locks." in cleared.stdout
+    assert list(get_lock_manager().list()) == []
+
+
+@pytest.mark.slow
+def test_clear_asks_on_a_terminal() -> None:
+    import pty
+
+    hold("tty:1", label="nightly")
+    pid, fd = pty.fork()
+    if pid == 0:  # the child runs the command on a terminal
+        os.execve(
+            sys.executable,
+            [sys.executable, str(ROOT / "manage.py"), "locks", "clear"],
+            {**os.environ, "DJANGO_SETTINGS_MODULE": "testproject.settings"},
+        )
+    output = b""
+    while b"[y/N]" not in output:
+        chunk = os.read(fd, 1024)
+        assert chunk, output
+        output += chunk
+    assert b"Force-release 1 lock matching '*'" in output
+    os.write(fd, b"y\n")
+    while True:
+        try:
+            chunk = os.read(fd, 1024)
+        except OSError:  # the terminal closes when the command exits
+            break
+        if not chunk:
+            break
+        output += chunk
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, output
+    assert b"Released 1 lock." in output
+    assert get_lock_manager().get("tty:1") is None
