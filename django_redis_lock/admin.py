@@ -7,7 +7,10 @@ database; the unmanaged ``Lock`` model only carries the permissions: ``view_lock
 
 from __future__ import annotations
 
+import math
 from typing import Any
+from urllib.parse import quote as url_quote
+from urllib.parse import unquote as url_unquote
 from urllib.parse import urlencode
 
 from django.contrib import admin, messages
@@ -27,6 +30,39 @@ from django_redis_lock.models import Lock
 #: The action of the changelist's action bar.
 RELEASE_ACTION = "release_selected"
 _GLOB_CHARACTERS = frozenset("*?[")
+
+
+def form_value(name: str, fencing_token: int | None = None) -> str:
+    """A lock name as a form value that survives HTML and form encoding (newlines, NUL...),
+    with the fencing token of the hold it means when given."""
+    encoded = url_quote(name, safe="")
+    return encoded if fencing_token is None else f"{fencing_token}:{encoded}"
+
+
+def from_form_value(value: str) -> tuple[str, int | None]:
+    """The name and fencing token (None: any hold) of a :func:`form_value`."""
+    token, _, encoded = value.rpartition(":")
+    if token and not token.isdigit():
+        raise ValueError(f"Not a lock selection: {value[:100]!r}.")
+    return url_unquote(encoded), int(token) if token else None
+
+
+# "." and ".." would be taken for path steps; admin quoting never yields "_" then a lowercase
+# letter, so these stand for them without clashing with any other name.
+_DOT_SEGMENTS = {".": "_dot", "..": "_dotdot"}
+
+
+def detail_path_segment(name: str) -> str:
+    """The name as the admin quotes it for its URL (see :func:`name_from_segment`)."""
+    return _DOT_SEGMENTS.get(name) or quote(name)
+
+
+def name_from_segment(segment: str) -> str:
+    """The lock name of a :func:`detail_path_segment`."""
+    for name, stand_in in _DOT_SEGMENTS.items():
+        if segment == stand_in:
+            return name
+    return unquote(segment)
 
 
 def search_pattern(query: str) -> str:
@@ -96,7 +132,7 @@ class LockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # not subscriptabl
         """One held lock with everything known about it, and a release button."""
         if not self.has_view_permission(request):
             raise PermissionDenied
-        name = unquote(object_id)
+        name = name_from_segment(object_id)
         try:
             info = self.manager().get(name)
         except ValueError as exc:
@@ -114,35 +150,42 @@ class LockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # not subscriptabl
             return self._back(request, "Choose an action.", messages.WARNING)
         if not self.has_delete_permission(request):
             raise PermissionDenied
-        names = request.POST.getlist(ACTION_CHECKBOX_NAME)
-        if not names:
-            return self._back(request, "Select the locks to release.", messages.WARNING)
         manager = self.manager()
         try:
+            selected = [from_form_value(v) for v in request.POST.getlist(ACTION_CHECKBOX_NAME)]
+            if not selected:
+                return self._back(request, "Select the locks to release.", messages.WARNING)
             if request.POST.get("post") != "yes":
-                held = [(name, manager.get(name)) for name in names]
-                context = self._context(
-                    request,
-                    "Release locks?",
-                    held=held,
-                    action=RELEASE_ACTION,
-                    action_checkbox_name=ACTION_CHECKBOX_NAME,
-                )
+                held = [(name, manager.get(name)) for name, _ in selected]
+                rows = [
+                    (name, info, form_value(name, info.fencing_token) if info else None)
+                    for name, info in held
+                ]
+                context = self._context(request, "Release locks?", held=rows, action=RELEASE_ACTION)
+                context["action_checkbox_name"] = ACTION_CHECKBOX_NAME
                 return self._render(request, "release_confirmation", context)
-            released = sum(self._release(request, manager, name) for name in names)
+            # Only the holds the operator confirmed: a lock taken over since stays held.
+            released = sum(
+                self._release(request, manager, name, token)
+                for name, token in selected
+                if token is not None
+            )
         except ValueError as exc:
             return self._back(request, str(exc), messages.ERROR)
         except LockUnavailable as exc:
             return self._back(request, f"Redis is unavailable: {exc}", messages.ERROR)
-        gone = len(names) - released
+        skipped = len(selected) - released
         text = f"Released {released} lock{'s' if released != 1 else ''}."
-        if gone:
-            text += f" {gone} {'was' if gone == 1 else 'were'} no longer held."
-        return self._back(request, text, messages.SUCCESS)
+        if skipped:
+            text += (
+                f" {skipped} {'was' if skipped == 1 else 'were'} not released: no longer held, "
+                "or held by someone else than the holder you confirmed."
+            )
+        return self._back(request, text, messages.SUCCESS if released else messages.WARNING)
 
-    def _release(self, request: HttpRequest, manager: LockManager, name: str) -> bool:
-        info = manager.get(name)
-        if info is None or not manager.release(name):
+    def _release(self, request: HttpRequest, manager: LockManager, name: str, token: int) -> bool:
+        info = manager.force_release(name, fencing_token=token)
+        if info is None:
             return False
         LogEntry.objects.create(
             user_id=request.user.pk or 0,  # admin views always have a user
@@ -166,10 +209,15 @@ class LockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # not subscriptabl
     def _row(self, info: LockInfo) -> dict[str, Any]:
         url = reverse(
             "admin:django_redis_lock_lock_change",
-            args=[quote(info.name)],
+            args=[detail_path_segment(info.name)],
             current_app=self.admin_site.name,
         )
-        return {"info": info, "url": url}
+        return {
+            "info": info,
+            "url": url,
+            "value": form_value(info.name),
+            "expires": math.isfinite(info.ttl),
+        }
 
     def _context(self, request: HttpRequest, title: str, **extra: Any) -> dict[str, Any]:
         return {

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import datetime
 import json
+import logging
+import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -14,7 +16,14 @@ from django_redis_lock.backends import LockBackend, get_backend
 from django_redis_lock.exceptions import LockUnavailable
 from django_redis_lock.lock import Lock, tombstone_ms, validate_name
 
+logger = logging.getLogger("django_redis_lock")
+
 _UTC = datetime.timezone.utc
+# SCAN cursors are unsigned 64-bit numbers.
+_MAX_CURSOR = 2**64 - 1
+# At most this many SCAN calls serve one page, so a search that matches little stays quick
+# on a large database; the page then ends early with a cursor to go on from.
+_MAX_SCANS_PER_PAGE = 50
 # Lists, spelt here: inside LockManager, "list" is a method.
 KeyBatch = list[str]
 InfoList = list["LockInfo"]
@@ -41,6 +50,8 @@ class LockInfo:
     owner: str
     label: str | None
     acquired_at: datetime.datetime
+    #: Seconds of lease left; ``math.inf`` for a lock whose key lost its expiry (PERSIST by
+    #: hand, a restore), which only a force release ends.
     ttl: float
 
 
@@ -49,18 +60,22 @@ def _text(value: bytes | str) -> str:
 
 
 def _info(name: str, fields: list[Any], pttl: int) -> LockInfo | None:
-    """The LockInfo of a lock hash, or None for a tombstone or a lease that just ended."""
+    """The LockInfo of a lock hash, or None for a tombstone, a gone key or a damaged one."""
     secret, token, owner, label, acquired_at = fields
-    if not secret or pttl < 0:
+    if not secret or pttl == -2:
         return None
-    return LockInfo(
-        name=name,
-        fencing_token=int(token),
-        owner=owner or "",
-        label=label or None,
-        acquired_at=datetime.datetime.fromtimestamp(int(acquired_at) / 1e6, tz=_UTC),
-        ttl=pttl / 1000,
-    )
+    try:
+        return LockInfo(
+            name=name,
+            fencing_token=int(token),
+            owner=owner or "",
+            label=label or None,
+            acquired_at=datetime.datetime.fromtimestamp(int(acquired_at) / 1e6, tz=_UTC),
+            ttl=math.inf if pttl == -1 else pttl / 1000,
+        )
+    except (TypeError, ValueError):  # written by something else than this library
+        logger.warning("Skipped the lock %r: its Redis hash is not a lock's.", name)
+        return None
 
 
 def validate_pattern(pattern: object) -> str:
@@ -115,15 +130,22 @@ class LockManager:
 
         Reads only as much of the keyspace as the page needs, so the first page of a million
         locks costs what the first page of ten does. Pages hold about ``size`` locks (SCAN
-        gives no exact counts); ``next_cursor`` is 0 on the last page.
+        gives no exact counts), fewer when a sparse match ends a page early;
+        ``next_cursor`` is 0 on the last page.
         """
         match = self._backend.scan_pattern(validate_pattern(pattern))
-        if not isinstance(cursor, int) or cursor < 0:
-            raise ValueError(f"A SCAN cursor is a whole number of 0 or more, not {cursor!r}.")
+        if (
+            isinstance(cursor, bool)
+            or not isinstance(cursor, int)
+            or not 0 <= cursor <= _MAX_CURSOR
+        ):
+            raise ValueError(f"A SCAN cursor is a whole number from 0 to 2**64-1, not {cursor!r}.")
         found: list[LockInfo] = []
         try:
-            while True:
-                cursor, keys = self._backend.client.scan(cursor, match=match, count=size)
+            count = size
+            for _ in range(_MAX_SCANS_PER_PAGE):
+                cursor, keys = self._backend.client.scan(cursor, match=match, count=count)
+                count = min(count * 2, 10 * BATCH_SIZE)  # read faster where matches are sparse
                 found.extend(self._fetch([_text(key) for key in keys]) if keys else ())
                 if cursor == 0 or len(found) >= size:
                     break
@@ -168,37 +190,56 @@ class LockManager:
 
     def release(self, name: str) -> bool:
         """Force-release ``name`` whoever holds it, waking its waiters; True if it was held."""
+        return self.force_release(name) is not None
+
+    def force_release(self, name: str, fencing_token: int | None = None) -> LockInfo | None:
+        """Force-release ``name`` and return the hold released, or None if it was not held.
+
+        With ``fencing_token``, only that hold is released: a lock taken over meanwhile by
+        someone else is left alone (an operator confirmed the release of the other hold).
+        """
         keys = self._backend.keys(validate_name(name)).as_list()
+        args = [tombstone_ms(), "" if fencing_token is None else int(fencing_token)]
         try:
-            return bool(self._backend.scripts.force_release(keys=keys, args=[tombstone_ms()]))
+            held = self._backend.scripts.force_release(keys=keys, args=args)
         except redis.RedisError as exc:
             raise LockUnavailable(f"Could not release lock {name!r}: {exc}") from exc
+        if not held:
+            return None
+        token, owner, label, acquired_at, _ = (_text(v) if v is not None else None for v in held)
+        return _info(name, [True, token, owner, label, acquired_at], 0)
 
-    def clear(self, pattern: str = "*", progress: Callable[[int], None] | None = None) -> int:
+    def clear(self, pattern: str = "*", progress: Callable[[int, int], None] | None = None) -> int:
         """Force-release every held lock whose name matches ``pattern``; how many were held.
 
-        Each lock is released as held when it was read, so a waiter that a release hands it
-        to keeps it; every batch of keys costs two pipelined round trips. ``progress`` is
-        called with the number released so far after each batch.
+        Only holds taken before the clear started are released, each by its own secret: a
+        lock handed to a waiter (or taken anew) while it runs is left to its new holder.
+        Every batch of keys costs two round trips. ``progress(released, handed_over)`` is
+        called after each batch; ``handed_over`` counts locks a waiter took at once.
         """
-        backend, released = self._backend, 0
+        backend, released, handed_over = self._backend, 0, 0
+        try:
+            seconds, micros = backend.client.time()
+        except redis.RedisError as exc:
+            raise LockUnavailable(f"Could not clear locks: {exc}") from exc
+        started = int(seconds) * 1_000_000 + int(micros)
         for keys in self._scan(pattern):
             try:
-                read = backend.client.pipeline(transaction=False)
-                for key in keys:
-                    read.hget(key, "s")
-                holders = read.execute()
+                values = json.loads(_text(backend.scripts.read(keys=keys)))
                 write = backend.client.pipeline(transaction=False)
-                for key, secret in zip(keys, holders, strict=True):
-                    if secret is not None:
+                for i, key in enumerate(keys):
+                    secret, acquired_at = values[6 * i], values[6 * i + 4]
+                    if secret and str(acquired_at).isdigit() and int(acquired_at) < started:
                         lock_keys = backend.keys(backend.name_from_key(key)).as_list()
                         args = [secret, tombstone_ms()]
                         backend.scripts.release(keys=lock_keys, args=args, client=write)
-                released += sum(write.execute())
+                results = write.execute()
             except redis.RedisError as exc:
                 raise LockUnavailable(f"Could not clear locks: {exc}") from exc
+            released += sum(1 for result in results if result)
+            handed_over += sum(1 for result in results if result == 2)
             if progress is not None:
-                progress(released)
+                progress(released, handed_over)
         return released
 
 

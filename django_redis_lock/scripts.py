@@ -80,12 +80,12 @@ local function hand_over(lock, queue, waiters, now)
   return true
 end
 
--- After a release: the next waiter gets the lock, or it becomes a tombstone.
+-- After a release: the next waiter gets the lock (2), or it becomes a tombstone (1).
 local function free(lock, queue, waiters, now, tombstone_ms)
-  if not hand_over(lock, queue, waiters, now) then
-    redis.call('HDEL', lock, 's', 'o', 'l', 'a')
-    redis.call('PEXPIRE', lock, tombstone_ms)
-  end
+  if hand_over(lock, queue, waiters, now) then return 2 end
+  redis.call('HDEL', lock, 's', 'o', 'l', 'a')
+  redis.call('PEXPIRE', lock, tombstone_ms)
+  return 1
 end
 """
 )
@@ -146,25 +146,27 @@ return {0, left, wait}
 
 # KEYS: lock, queue, waiters
 # ARGV: secret, tombstone ms
-# Returns 1 when released, 0 when the secret does not hold the lock.
+# Returns 1 when released, 2 when released and handed to a waiter, 0 when the secret does not
+# hold the lock.
 RELEASE = (
     _PRELUDE
     + """
 if redis.call('HGET', KEYS[1], 's') ~= ARGV[1] then return 0 end
-free(KEYS[1], KEYS[2], KEYS[3], now_us(), ARGV[2])
-return 1
+return free(KEYS[1], KEYS[2], KEYS[3], now_us(), ARGV[2])
 """
 )
 
 # KEYS: lock, queue, waiters
-# ARGV: tombstone ms
-# Returns 1 when a held lock was released, 0 when nobody held it.
+# ARGV: tombstone ms, fencing token of the hold to release ('': whichever holds it)
+# Returns what was released: {token, owner, label, acquired-at, 1 or 2 as RELEASE}; or an
+# empty array when nobody holds the lock, or another hold than the token's does.
 FORCE_RELEASE = (
     _PRELUDE
     + """
-if redis.call('HEXISTS', KEYS[1], 's') == 0 then return 0 end
-free(KEYS[1], KEYS[2], KEYS[3], now_us(), ARGV[1])
-return 1
+local held = redis.call('HMGET', KEYS[1], 's', 't', 'o', 'l', 'a')
+if not held[1] or (ARGV[2] ~= '' and held[2] ~= ARGV[2]) then return {} end
+local how = free(KEYS[1], KEYS[2], KEYS[3], now_us(), ARGV[1])
+return {held[2], held[3], held[4], held[5], how}
 """
 )
 
@@ -192,7 +194,9 @@ return ms
 READ = """
 local out = {}
 for i, key in ipairs(KEYS) do
-  local fields = redis.call('HMGET', key, 's', 't', 'o', 'l', 'a')
+  -- A key of another type that happens to match reads as no lock, not as an error.
+  local fields = redis.pcall('HMGET', key, 's', 't', 'o', 'l', 'a')
+  if fields.err then fields = {false, false, false, false, false} end
   local at = (i - 1) * 6
   for j = 1, 5 do out[at + j] = fields[j] end
   out[at + 6] = redis.call('PTTL', key)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import re
 import threading
 from typing import Any
 
@@ -13,9 +15,10 @@ from django.contrib.auth.models import Permission, User
 from django.test import Client, override_settings
 
 from django_redis_lock import get_lock_manager, lock
+from django_redis_lock.admin import form_value
 from testproject.redis_server import RedisServerGroup
 from testproject.settings import build_caches
-from tests.helpers import hold, wait_until
+from tests.helpers import commandstats, hold, wait_until
 
 CHANGELIST = "/admin/django_redis_lock/lock/"
 pytestmark = pytest.mark.django_db
@@ -78,22 +81,68 @@ def test_bad_input_is_a_4xx(admin_client: Client) -> None:
     assert admin_client.get(CHANGELIST, {"q": "[ab"}).status_code == 400
     assert admin_client.get(CHANGELIST, {"cursor": "abc"}).status_code == 400
     assert admin_client.get(CHANGELIST, {"cursor": "-1"}).status_code == 400
+    assert admin_client.get(CHANGELIST, {"cursor": str(2**64)}).status_code == 400
     assert admin_client.get(CHANGELIST + quote("not held") + "/").status_code == 404
+    bad_selection = {"action": "release_selected", "_selected_action": ["x:y"]}
+    response = admin_client.post(CHANGELIST, bad_selection, follow=True)
+    assert "Not a lock selection" in response.content.decode()
 
 
-def test_pages_follow_the_scan_cursor(admin_client: Client) -> None:
-    hold(*(f"bulk:{i:03}" for i in range(250)), label="import")
-    seen: set[str] = set()
+def test_search_escapes_fragments_and_finds_exact_names(admin_client: Client) -> None:
+    hold("job1", "job[1]", "50%*off", "other")
+    page = admin_client.get(CHANGELIST, {"q": "50%*"}).content.decode()  # a glob: whole names
+    assert "50%*off" in page
+    page = admin_client.get(CHANGELIST, {"q": "job[1]"}).content.decode()
+    assert "job[1]" in page  # the exact name, pasted, though it reads as a glob
+    page = admin_client.get(CHANGELIST, {"q": "]"}).content.decode()  # a fragment, escaped
+    assert "job[1]" in page
+    assert "job1<" not in page
+
+
+def test_a_lock_that_lost_its_expiry_is_shown_and_releasable(
+    admin_client: Client, redis_client: redis.Redis
+) -> None:
+    [held] = hold("forever")
+    redis_client.persist(held._keys.lock)
+    assert "no expiry" in admin_client.get(CHANGELIST).content.decode()
+    info = get_lock_manager().get("forever")
+    assert info is not None
+    assert info.ttl == float("inf")
+    assert get_lock_manager().release("forever")
+
+
+def test_keys_that_are_not_locks_do_not_break_the_page(
+    admin_client: Client, redis_client: redis.Redis
+) -> None:
+    [held] = hold("fine")
+    broken = held._keys.lock.replace(":l:fine", ":l:broken")
+    redis_client.set(broken, "not a hash")
+    damaged = held._keys.lock.replace(":l:fine", ":l:damaged")
+    redis_client.hset(damaged, mapping={"s": "x", "t": "not-a-number", "a": "1"})
+    response = admin_client.get(CHANGELIST)
+    assert response.status_code == 200
+    assert [row["info"].name for row in response.context["locks"]] == ["fine"]
+
+
+def test_pages_follow_the_scan_cursor(admin_client: Client, redis_client: redis.Redis) -> None:
+    hold(*(f"bulk:{i:04}" for i in range(2500)), label="import")
+    seen: list[str] = []
     url: str | None = CHANGELIST
-    for _ in range(20):  # bounded: 250 locks at about 100 a page
+    pages = 0
+    redis_client.config_resetstat()
+    for _ in range(100):  # bounded: 2,500 locks at about 100 a page
         response = admin_client.get(url)
         context: Any = response.context
-        seen.update(row["info"].name for row in context["locks"])
+        pages += 1
+        assert len(context["locks"]) <= 100 + 500  # a page, never the whole keyspace
+        seen.extend(row["info"].name for row in context["locks"])
         next_url = context["next_url"]
         if not next_url:
             break
         url = CHANGELIST + next_url
-    assert len(seen) == 250
+    assert len(set(seen)) == 2500
+    assert pages > 2
+    assert "keys" not in commandstats(redis_client)  # SCAN, never KEYS
 
 
 def test_detail_view(admin_client: Client) -> None:
@@ -119,17 +168,25 @@ def test_view_permission_alone_sees_but_cannot_release() -> None:
     assert get_lock_manager().get("report:1") is not None
 
 
+def _confirmed(response: Any) -> list[str]:
+    """The selection a confirmation page posts on "Yes, I'm sure"."""
+    return re.findall(r'name="_selected_action" value="([^"]+)"', response.content.decode())
+
+
 def test_release_action_confirms_releases_and_logs() -> None:
     [held, _] = hold("report:1", "report:2", label="import")
     client = _staff("view_lock", "delete_lock")
-    selection = {"action": "release_selected", "_selected_action": ["report:1"]}
+    listed = client.get(CHANGELIST).content.decode()
+    assert f'value="{form_value("report:1")}"' in listed
+    selection = {"action": "release_selected", "_selected_action": [form_value("report:1")]}
     confirm = client.post(CHANGELIST, selection)
     assert confirm.status_code == 200
     page = confirm.content.decode()
     assert "Are you sure" in page
     assert "report:1" in page
     assert held.owned()  # nothing released before the confirmation
-    done = client.post(CHANGELIST, {**selection, "post": "yes"}, follow=True)
+    confirmed = {"action": "release_selected", "_selected_action": _confirmed(confirm)}
+    done = client.post(CHANGELIST, {**confirmed, "post": "yes"}, follow=True)
     assert "Released 1 lock." in done.content.decode()
     assert not held.owned()
     assert get_lock_manager().get("report:2") is not None
@@ -137,7 +194,41 @@ def test_release_action_confirms_releases_and_logs() -> None:
     assert entry.action_flag == DELETION
     assert entry.object_repr == "report:1"
     assert held.name in entry.change_message
-    assert "pid" in entry.change_message
+    info_owner = f"pid {os.getpid()}"
+    assert info_owner in entry.change_message
+    assert "label: import" in entry.change_message
+    assert str(held.fencing_token) in entry.change_message
+
+
+def test_release_spares_a_lock_taken_over_since_the_confirmation() -> None:
+    [first] = hold("handover")
+    client = _staff("view_lock", "delete_lock")
+    selection = {"action": "release_selected", "_selected_action": [form_value("handover")]}
+    confirm = client.post(CHANGELIST, selection)
+    first.release()
+    [second] = hold("handover")  # a healthy holder took it meanwhile
+    confirmed = {"action": "release_selected", "_selected_action": _confirmed(confirm)}
+    done = client.post(CHANGELIST, {**confirmed, "post": "yes"}, follow=True)
+    assert "Released 0 locks." in done.content.decode()
+    assert second.owned()
+    assert not LogEntry.objects.exists()
+
+
+def test_names_that_forms_and_urls_would_mangle_are_released() -> None:
+    names = ["line\nbreak", "carriage\rreturn", "nul\x00byte", "..", ".", "a/b", "50%_off"]
+    held = hold(*names)
+    client = _staff("view_lock", "delete_lock")
+    listed = client.get(CHANGELIST)
+    urls = re.findall(r'<a href="(/admin/django_redis_lock/lock/[^"]+/)">', listed.content.decode())
+    assert len(urls) == len(names)
+    for url in urls:
+        assert client.get(url).status_code == 200  # "." and ".." are not path steps
+    selection = {"action": "release_selected", "_selected_action": [form_value(n) for n in names]}
+    confirm = client.post(CHANGELIST, selection)
+    confirmed = {"action": "release_selected", "_selected_action": _confirmed(confirm)}
+    done = client.post(CHANGELIST, {**confirmed, "post": "yes"}, follow=True)
+    assert f"Released {len(names)} locks." in done.content.decode()
+    assert not any(each.owned() for each in held)
 
 
 def test_release_requires_post_with_csrf() -> None:
@@ -159,8 +250,9 @@ def test_release_wakes_a_waiter(admin_client: Client, redis_client: redis.Redis)
     )
     waiter.start()
     wait_until(lambda: redis_client.zcard(held._keys.queue) == 1)  # it waits in the queue
+    selection = [form_value("queue", held.fencing_token)]
     admin_client.post(
-        CHANGELIST, {"action": "release_selected", "_selected_action": ["queue"], "post": "yes"}
+        CHANGELIST, {"action": "release_selected", "_selected_action": selection, "post": "yes"}
     )
     waiter.join(5)
     assert results == [True]

@@ -7,16 +7,18 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
+import redis
 from django.core.management import CommandError, call_command
 from django.test import override_settings
 
-from django_redis_lock import get_lock_manager
+from django_redis_lock import get_lock_manager, lock
 from testproject.redis_server import RedisServerGroup
 from testproject.settings import build_caches
-from tests.helpers import hold
+from tests.helpers import commandstats, hold, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -140,7 +142,8 @@ def test_as_a_subprocess() -> None:
 
 
 @pytest.mark.slow
-def test_clear_asks_on_a_terminal() -> None:
+@pytest.mark.parametrize(("answer", "released"), [(b"y\n", True), (b"\x04", False)])
+def test_clear_asks_on_a_terminal(answer: bytes, released: bool) -> None:
     import pty
 
     hold("tty:1", label="nightly")
@@ -157,7 +160,7 @@ def test_clear_asks_on_a_terminal() -> None:
         assert chunk, output
         output += chunk
     assert b"Force-release 1 lock matching '*'" in output
-    os.write(fd, b"y\n")
+    os.write(fd, answer)  # yes, or Ctrl-D
     while True:
         try:
             chunk = os.read(fd, 1024)
@@ -167,6 +170,52 @@ def test_clear_asks_on_a_terminal() -> None:
             break
         output += chunk
     _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0, output
-    assert b"Released 1 lock." in output
-    assert get_lock_manager().get("tty:1") is None
+    if released:
+        assert os.waitstatus_to_exitcode(status) == 0, output
+        assert b"[##############################] 1/1" in output  # the progress bar
+        assert b"Released 1 lock." in output
+        assert get_lock_manager().get("tty:1") is None
+    else:
+        assert os.waitstatus_to_exitcode(status) == 1, output
+        assert b"Cancelled; nothing was released." in output
+        assert get_lock_manager().get("tty:1") is not None
+
+
+def test_control_characters_never_reach_the_terminal() -> None:
+    hold("evil\x1b]0;title\x07", label="x\x1b[31mRED\nsecond line")
+    for args in (["list"], ["show", "evil\x1b]0;title\x07"], ["clear", "--dry-run"]):
+        out = _run(*args)
+        assert "\x1b" not in out
+        assert "\\x1b" in out
+    assert "\x1b" in json.loads(_run("list", "--json"))[0]["label"]  # JSON escapes it itself
+
+
+def test_list_json_with_a_bad_pattern_prints_nothing() -> None:
+    out = io.StringIO()
+    with pytest.raises(CommandError):
+        call_command("locks", "list", "--json", "--pattern", "[ab", stdout=out)
+    assert out.getvalue() == ""
+
+
+def test_clear_says_when_waiters_took_locks_over(redis_client: redis.Redis) -> None:
+    [held] = hold("busy-queue")
+    results: list[bool] = []
+    waiter = threading.Thread(
+        target=lambda: results.append(lock("busy-queue", blocking_timeout=10).acquire())
+    )
+    waiter.start()
+    wait_until(lambda: redis_client.zcard(held._keys.queue) == 1)
+    out = _run("clear", "--yes")
+    waiter.join(5)
+    assert "Released 1 lock (1 taken over at once by waiting clients)." in out
+    assert results == [True]
+
+
+def test_listing_uses_scan_not_keys(redis_client: redis.Redis) -> None:
+    hold("a", "b")
+    redis_client.config_resetstat()
+    _run("list")
+    _run("list", "--json")
+    stats = commandstats(redis_client)
+    assert "scan" in stats
+    assert "keys" not in stats

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import sys
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -26,21 +27,37 @@ _COLUMNS = ("NAME", "TTL", "OWNER", "LABEL", "ACQUIRED", "TOKEN")
 
 
 def as_json(info: LockInfo) -> dict[str, Any]:
-    """The JSON object of one held lock."""
+    """The JSON object of one held lock (ttl null: the key has no expiry)."""
     return {
         "name": info.name,
         "fencing_token": info.fencing_token,
         "owner": info.owner,
         "label": info.label,
         "acquired_at": info.acquired_at.isoformat(),
-        "ttl": info.ttl,
+        "ttl": info.ttl if math.isfinite(info.ttl) else None,
     }
+
+
+def printable(text: str) -> str:
+    """``text`` safe for a terminal: control characters (escape sequences, newlines) escaped."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
 
 
 def _cells(info: LockInfo) -> tuple[str, ...]:
     acquired = info.acquired_at.strftime("%Y-%m-%d %H:%M:%S UTC")
-    ttl = f"{info.ttl:.1f}s"
-    return (info.name, ttl, info.owner, info.label or "-", acquired, str(info.fencing_token))
+    ttl = f"{info.ttl:.1f}s" if math.isfinite(info.ttl) else "no expiry"
+    cells = (info.name, ttl, info.owner, info.label or "-", acquired, str(info.fencing_token))
+    return tuple(printable(cell) for cell in cells)
+
+
+def _bar(done: int, total: int | None, width: int = 30) -> str:
+    """A progress bar when the total is known, else the count."""
+    if not total:
+        return f"{done}"
+    filled = round(width * min(done, total) / total)
+    return f"[{'#' * filled}{'.' * (width - filled)}] {done}/{total}"
 
 
 def _line(cells: Iterable[str], widths: list[int]) -> str:
@@ -98,16 +115,16 @@ class Command(BaseCommand):
         if options["json"]:
             self.stdout.write(json.dumps(as_json(info), indent=2, ensure_ascii=False))
             return
-        for label, value in zip(_COLUMNS, _cells(info), strict=True):
+        for label, value in zip(_COLUMNS, _cells(info), strict=True):  # cells are printable
             self.stdout.write(f"{self.style.MIGRATE_LABEL(f'{label.lower():>9}')}  {value}")
 
     def _release(self, manager: LockManager, options: dict[str, Any]) -> None:
-        info = self._held(manager, options["name"])
-        if not manager.release(info.name):
-            raise CommandError(f"The lock {info.name!r} was released meanwhile.")
+        info = manager.force_release(options["name"])
+        if info is None:
+            raise CommandError(f"No lock named {printable(options['name'])!r} is held.")
         self.stdout.write(
-            self.style.SUCCESS(f"Released {info.name!r}")
-            + f" (held by {info.owner}, fencing token {info.fencing_token})."
+            self.style.SUCCESS(f"Released {printable(info.name)!r}")
+            + f" (held by {printable(info.owner)}, fencing token {info.fencing_token})."
         )
 
     def _clear(self, manager: LockManager, options: dict[str, Any]) -> None:
@@ -116,38 +133,50 @@ class Command(BaseCommand):
             count = 0
             for info in manager.list(pattern):
                 count += 1
-                self.stdout.write(f"would release {info.name}  ({info.owner})")
+                self.stdout.write(
+                    f"would release {printable(info.name)}  ({printable(info.owner)})"
+                )
             self.stdout.write(f"{count} lock{'s' if count != 1 else ''} would be released.")
             return
-        if not options["yes"]:
-            self._confirm(manager, pattern)
-        progress = self._progress_bar() if self._on_terminal() else None
-        released = manager.clear(pattern, progress=progress)
-        if progress is not None:
-            self.stdout.write("")
-        self.stdout.write(
-            self.style.SUCCESS(f"Released {released} lock{'s' if released != 1 else ''}.")
-        )
+        total = None if options["yes"] else self._confirm(manager, pattern)
+        if total == 0:
+            self.stdout.write(f"No held lock matches {printable(pattern)!r}.")
+            return
+        handed_over = 0
 
-    def _confirm(self, manager: LockManager, pattern: str) -> None:
+        def progress(released: int, handed: int) -> None:
+            nonlocal handed_over
+            handed_over = handed
+            if self._on_terminal():
+                bar = _bar(released, total)
+                self.stdout.write(f"\r{self.style.MIGRATE_LABEL('releasing')} {bar}", ending="")
+                self.stdout.flush()
+
+        released = manager.clear(pattern, progress=progress)
+        if self._on_terminal() and released:
+            self.stdout.write("")
+        text = f"Released {released} lock{'s' if released != 1 else ''}"
+        if handed_over:
+            text += f" ({handed_over} taken over at once by waiting clients)"
+        self.stdout.write(self.style.SUCCESS(text + "."))
+
+    def _confirm(self, manager: LockManager, pattern: str) -> int:
+        """Ask on a terminal; the number of matching locks (0: nothing to ask about)."""
         if not (sys.stdin.isatty() and self._on_terminal()):
             raise CommandError("Not on a terminal: pass --yes to clear without confirmation.")
         count = sum(1 for _ in manager.list(pattern))
         if not count:
-            raise CommandError(f"No held lock matches {pattern!r}.")
-        answer = input(
-            f"Force-release {count} lock{'s' if count != 1 else ''} matching "
-            f"{pattern!r}? Their holders lose them. [y/N] "
-        )
+            return 0
+        try:
+            answer = input(
+                f"Force-release {count} lock{'s' if count != 1 else ''} matching "
+                f"{printable(pattern)!r}? Their holders lose them. [y/N] "
+            )
+        except (EOFError, KeyboardInterrupt):
+            answer = ""
         if answer.strip().lower() not in ("y", "yes"):
             raise CommandError("Cancelled; nothing was released.")
-
-    def _progress_bar(self) -> Any:
-        def show(released: int) -> None:
-            self.stdout.write(f"\r{self.style.MIGRATE_LABEL('released')} {released}", ending="")
-            self.stdout.flush()
-
-        return show
+        return count
 
     def _on_terminal(self) -> bool:
         isatty = getattr(self.stdout, "isatty", None)
@@ -156,14 +185,16 @@ class Command(BaseCommand):
     def _held(self, manager: LockManager, name: str) -> LockInfo:
         info = manager.get(name)
         if info is None:
-            raise CommandError(f"No lock named {name!r} is held.")
+            raise CommandError(f"No lock named {printable(name)!r} is held.")
         return info
 
     def _write_json_array(self, locks: Iterable[LockInfo]) -> None:
         """Stream a JSON array, one object per line, without holding the list in memory."""
+        locks = iter(locks)
+        first = next(locks, None)  # errors (a bad pattern, Redis down) before any output
         self.stdout.write("[", ending="")
         separator = "\n"
-        for info in locks:
+        for info in itertools.chain([first] if first else [], locks):
             self.stdout.write(separator + json.dumps(as_json(info), ensure_ascii=False), ending="")
             separator = ",\n"
         self.stdout.write("\n]")
