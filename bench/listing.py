@@ -76,42 +76,51 @@ def time_admin_first_page(repeats: int) -> float:
     return statistics.median(times[1:])
 
 
+def measure(locks: int, repeats: int) -> list[str]:
+    """The listing and admin figures at ``locks`` held locks, on a Redis of their own."""
+    server = RedisServer(binary=find_redis_server()).start()
+    env = {
+        **os.environ,
+        "REDIS_URL": server.url,
+        "DJANGO_SETTINGS_MODULE": "testproject.settings",
+        "TESTPROJECT_DB": ":memory:",
+        "PYTHONPATH": str(ROOT),
+    }
+    for key in ("DJANGO_SETTINGS_MODULE", "TESTPROJECT_DB"):
+        os.environ.setdefault(key, env[key])
+    import django
+    from django.test.utils import override_settings
+
+    from testproject.settings import build_caches
+
+    django.setup()
+    try:
+        with override_settings(CACHES=build_caches(server.url)):
+            small = locks // 10
+            take_locks(small)
+            small_runs = [time_list(env) for _ in range(repeats)]
+            take_locks(locks - small, start=small)
+            big_runs = [time_list(env) for _ in range(repeats)]
+            admin = time_admin_first_page(repeats)
+    finally:
+        server.stop()
+    rows = []
+    for count, runs in ((small, small_runs), (locks, big_runs)):
+        seconds = statistics.median(run[0] for run in runs)
+        memory = max(run[1] for run in runs)
+        rows.append(
+            f"``locks list --json``, {count:,} locks: {seconds:.2f} s, max RSS {memory:.0f} MiB"
+        )
+    rows.append(f"admin first page, {locks:,} locks: {admin * 1000:.0f} ms")
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--locks", type=int, default=100_000)
     parser.add_argument("--repeats", type=int, default=3)
     options = parser.parse_args()
-
-    server = RedisServer(binary=find_redis_server()).start()
-    try:
-        env = {
-            **os.environ,
-            "REDIS_URL": server.url,
-            "DJANGO_SETTINGS_MODULE": "testproject.settings",
-            "TESTPROJECT_DB": ":memory:",
-            "PYTHONPATH": str(ROOT),
-        }
-        os.environ.update(env)
-        import django
-
-        django.setup()
-        small = options.locks // 10
-        rows = []
-        take_locks(small)
-        small_runs = [time_list(env) for _ in range(options.repeats)]
-        take_locks(options.locks - small, start=small)
-        big_runs = [time_list(env) for _ in range(options.repeats)]
-        admin = time_admin_first_page(options.repeats)
-        for count, runs in ((small, small_runs), (options.locks, big_runs)):
-            seconds = statistics.median(run[0] for run in runs)
-            memory = max(run[1] for run in runs)
-            rows.append(
-                f"locks list --json, {count:,} locks: {seconds:.2f} s, max RSS {memory:.0f} MiB"
-            )
-        rows.append(f"admin first page, {options.locks:,} locks: {admin * 1000:.0f} ms")
-        print("\n".join(rows))
-    finally:
-        server.stop()
+    print("\n".join(measure(options.locks, options.repeats)))
 
 
 if __name__ == "__main__":

@@ -193,15 +193,17 @@ class Lock:
         plan = self._plan(blocking, blocking_timeout)
         ticket: waiting.SyncTicket | None = None
         result: Any = None
+        queued = False
         try:
             while True:
                 step = plan.send(result)
                 if isinstance(step, _Attempt):
-                    if step.wait_ms and ticket is None:
+                    args = self._acquire_args(secret, owner, step.wait_ms, listener.channel)
+                    queued = queued or bool(step.wait_ms)
+                    result = self._call(self._backend.scripts.acquire, self._keys.as_list(), args)
+                    if step.wait_ms and ticket is None and not result[0]:  # queued
                         ticket = waiting.SyncTicket()
                         listener.register(secret, ticket)
-                    args = self._acquire_args(secret, owner, step.wait_ms, listener.channel)
-                    result = self._call(self._backend.scripts.acquire, self._keys.as_list(), args)
                 else:
                     assert ticket is not None
                     listener.start()
@@ -209,7 +211,7 @@ class Lock:
         except StopIteration as done:
             return self._took(secret, done.value)
         except BaseException:
-            if ticket is not None:  # interrupted while queued: leave, or pass on a grant
+            if queued:  # interrupted while queued: leave, or pass on a grant
                 self._leave(secret, owner, listener.channel)
             raise
         finally:
@@ -228,15 +230,17 @@ class Lock:
         _, scripts = self._backend.async_client()
         ticket: waiting.AsyncTicket | None = None
         result: Any = None
+        queued = False
         try:
             while True:
                 step = plan.send(result)
                 if isinstance(step, _Attempt):
-                    if step.wait_ms and ticket is None:
+                    args = self._acquire_args(secret, owner, step.wait_ms, listener.channel)
+                    queued = queued or bool(step.wait_ms)
+                    result = await self._acall(scripts.acquire, self._keys.as_list(), args)
+                    if step.wait_ms and ticket is None and not result[0]:  # queued
                         ticket = waiting.AsyncTicket()
                         listener.register(secret, ticket)
-                    args = self._acquire_args(secret, owner, step.wait_ms, listener.channel)
-                    result = await self._acall(scripts.acquire, self._keys.as_list(), args)
                 else:
                     assert ticket is not None
                     listener.start()
@@ -244,7 +248,7 @@ class Lock:
         except StopIteration as done:
             return self._took(secret, done.value)
         except BaseException:
-            if ticket is not None:  # cancelled while queued: leave, or pass on a grant
+            if queued:  # cancelled while queued: leave, or pass on a grant
                 await asyncio.shield(self._aleave(secret, owner, listener.channel))
             raise
         finally:
@@ -283,10 +287,18 @@ class Lock:
                 self._send(signals.lock_busy, None)
             if not wait_ms:  # not queued: not blocking, or the deadline passed
                 return None
-            pause = int(result[2]) / 1000 + 0.001  # woken sooner by a grant
-            grant = yield _AwaitGrant(pause if left is None else min(pause, max(0.0, left)))
-            if grant is not None:
-                return _Acquired(grant.token, grant.acquired_at, handed_over=True)
+            # Wait for the grant until the script's wait ends (the lease, for the first
+            # waiter); a nudge (this waiter is first now) moves that end without a request.
+            look_again = time.monotonic() + int(result[2]) / 1000 + 0.001
+            while True:
+                now = time.monotonic()
+                pause = look_again - now if deadline is None else min(look_again, deadline) - now
+                message = yield _AwaitGrant(max(0.0, pause))
+                if isinstance(message, waiting.Grant):
+                    return _Acquired(message.token, message.acquired_at, handed_over=True)
+                if not isinstance(message, waiting.Nudge):
+                    break  # time is up, or told to look again
+                look_again = min(look_again, time.monotonic() + message.lease_ms / 1000 + 0.001)
 
     def _leave(self, secret: str, owner: str, channel: str) -> None:
         """Best effort after an interrupted wait: leave the queue, or release a grant."""

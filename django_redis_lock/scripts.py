@@ -11,7 +11,7 @@ Every lock has three keys sharing one Redis Cluster hash tag (see ``backends.Loc
 
 Release hands the lock straight to the first live waiter and PUBLISHes the grant on that
 waiter's process channel as ``secret:token:acquired_at``, so the next holder needs no round
-trip of its own; the waiter that becomes first is sent its bare ``secret``, to look again when
+trip of its own; the waiter that becomes first is sent ``secret:lease_ms``, to look again when
 the new lease ends (the first waiter is the one that watches for a holder that died).
 
 The hand-over lease is at most ``HANDOVER_LEASE_MS``: the new holder's process lengthens it
@@ -28,7 +28,8 @@ from __future__ import annotations
 #: The lease of a lock handed to a waiter, until its process confirms the full TTL.
 HANDOVER_LEASE_MS = 5000
 
-# Helpers shared by the scripts that may grant a lock; prepended to their source.
+# Helpers of every script that may grant or free a lock. Helpers for queues come later in a
+# script, after its fast path for a lock nobody waits for, which then skips defining them.
 _PRELUDE = (
     f"local HANDOVER_LEASE_MS = {HANDOVER_LEASE_MS}\n"
     + """
@@ -37,14 +38,25 @@ local function now_us()
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
-local function grant(lock, secret, ttl, owner, label, now)
-  local token = math.max(tonumber(redis.call('HGET', lock, 't') or '0') + 1, now)
+-- ``last``: the lock's last token if read already (false: none), nil to read it here.
+local function grant(lock, secret, ttl, owner, label, now, last)
+  if last == nil then last = redis.call('HGET', lock, 't') end
+  local token = math.max(tonumber(last or '0') + 1, now)
   redis.call('HSET', lock, 's', secret, 't', string.format('%d', token), 'o', owner,
              'l', label, 'a', string.format('%d', now))
   redis.call('PEXPIRE', lock, ttl)
   return token
 end
 
+-- A released lock keeps only its token, for a while.
+local function tombstone(lock, ms)
+  redis.call('HDEL', lock, 's', 'o', 'l', 'a')
+  redis.call('PEXPIRE', lock, ms)
+end
+"""
+)
+
+_QUEUE_PRELUDE = """
 -- The first waiter whose deadline has not passed; dead entries in front of it are dropped.
 local function first_live(queue, waiters, now_ms)
   while true do
@@ -60,10 +72,13 @@ local function first_live(queue, waiters, now_ms)
   end
 end
 
--- Tell the first live waiter it is first now, so it looks again when the lease ends.
-local function nudge_first(queue, waiters, now_ms)
+-- Tell the first live waiter it is first now, and in how many ms the lease it waits on
+-- ends: it looks again then (the holder may die), with no request in between.
+local function nudge_first(queue, waiters, now_ms, lease_ms)
   local secret, entry = first_live(queue, waiters, now_ms)
-  if secret then redis.call('PUBLISH', entry.c, secret) end
+  if secret then
+    redis.call('PUBLISH', entry.c, secret .. ':' .. string.format('%d', math.max(lease_ms, 0)))
+  end
 end
 
 -- Give the free lock to the first live waiter and tell its process; false if nobody waits.
@@ -73,22 +88,21 @@ local function hand_over(lock, queue, waiters, now)
   if not secret then return false end
   redis.call('ZREM', queue, secret)
   redis.call('HDEL', waiters, secret)
-  local token = grant(lock, secret, math.min(entry.t, HANDOVER_LEASE_MS), entry.o, entry.l, now)
+  local lease = math.min(entry.t, HANDOVER_LEASE_MS)
+  local token = grant(lock, secret, lease, entry.o, entry.l, now)
   redis.call('PUBLISH', entry.c, secret .. ':' .. string.format('%d', token) .. ':' ..
              string.format('%d', now))
-  nudge_first(queue, waiters, now_ms)
+  nudge_first(queue, waiters, now_ms, lease)
   return true
 end
 
 -- After a release: the next waiter gets the lock (2), or it becomes a tombstone (1).
 local function free(lock, queue, waiters, now, tombstone_ms)
   if hand_over(lock, queue, waiters, now) then return 2 end
-  redis.call('HDEL', lock, 's', 'o', 'l', 'a')
-  redis.call('PEXPIRE', lock, tombstone_ms)
+  tombstone(lock, tombstone_ms)
   return 1
 end
 """
-)
 
 # KEYS: lock, queue, waiters
 # ARGV: secret, ttl ms, owner, label, wait ms (0: do not queue, and leave the queue; n: queue,
@@ -102,7 +116,15 @@ ACQUIRE = (
     + """
 local lock, queue, waiters = KEYS[1], KEYS[2], KEYS[3]
 local secret, ttl = ARGV[1], tonumber(ARGV[2])
-local holder = redis.call('HGET', lock, 's')
+local held = redis.call('HMGET', lock, 's', 't')
+local holder = held[1]
+if not holder and redis.call('EXISTS', queue) == 0 then  -- free, and nobody waits
+  local now = now_us()
+  return {1, grant(lock, secret, ttl, ARGV[3], ARGV[4], now, held[2]), now}
+end
+"""
+    + _QUEUE_PRELUDE
+    + """
 if holder == secret then
   if redis.call('PTTL', lock) < ttl then redis.call('PEXPIRE', lock, ttl) end
   local held = redis.call('HMGET', lock, 't', 'a')
@@ -126,7 +148,7 @@ local wait = tonumber(ARGV[5])
 if wait == 0 then
   if redis.call('ZREM', queue, secret) == 1 then
     redis.call('HDEL', waiters, secret)
-    nudge_first(queue, waiters, math.floor(now / 1000))  -- it may have been waiting behind us
+    nudge_first(queue, waiters, math.floor(now / 1000), left)  -- it may have waited behind us
   end
   return {0, left, 0}
 end
@@ -152,6 +174,13 @@ RELEASE = (
     _PRELUDE
     + """
 if redis.call('HGET', KEYS[1], 's') ~= ARGV[1] then return 0 end
+if redis.call('EXISTS', KEYS[2]) == 0 then  -- nobody waits
+  tombstone(KEYS[1], ARGV[2])
+  return 1
+end
+"""
+    + _QUEUE_PRELUDE
+    + """
 return free(KEYS[1], KEYS[2], KEYS[3], now_us(), ARGV[2])
 """
 )
@@ -162,6 +191,7 @@ return free(KEYS[1], KEYS[2], KEYS[3], now_us(), ARGV[2])
 # empty array when nobody holds the lock, or another hold than the token's does.
 FORCE_RELEASE = (
     _PRELUDE
+    + _QUEUE_PRELUDE
     + """
 local held = redis.call('HMGET', KEYS[1], 's', 't', 'o', 'l', 'a')
 if not held[1] or (ARGV[2] ~= '' and held[2] ~= ARGV[2]) then return {} end

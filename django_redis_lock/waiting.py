@@ -15,6 +15,7 @@ lock already handed to its secret.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import os
@@ -24,7 +25,6 @@ import uuid
 from typing import Any, NamedTuple
 
 import redis
-import redis.client
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
@@ -37,8 +37,14 @@ _READ_SECONDS = 1.0
 # A quiet connection is PINGed after this long, and given up when the PONG takes as long.
 _HEALTH_SECONDS = 5.0
 _MAX_BACKOFF_SECONDS = 5.0
+# Messages kept for waiters that have not registered yet; the oldest go first.
+_MAX_UNCLAIMED = 1000
 #: The longest a waiter waits for a grant before it looks again (milliseconds).
 MAX_WAIT_SLICE_MS = 10_000
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
 
 
 class Grant(NamedTuple):
@@ -48,24 +54,53 @@ class Grant(NamedTuple):
     acquired_at: int
 
 
+class Nudge(NamedTuple):
+    """This waiter is first in line now; the lease it waits on ends in ``lease_ms``."""
+
+    lease_ms: int
+
+
+#: What wakes a waiter: its grant, a nudge, or None (time is up, or look again).
+Message = Grant | Nudge | None
+
+
+class _Inbox:
+    """The latest message for one waiter; a grant is never replaced by a nudge."""
+
+    def __init__(self) -> None:
+        self._grant: Grant | None = None
+        self._nudge: Nudge | None = None
+
+    def put(self, message: Message) -> None:
+        if isinstance(message, Grant):
+            self._grant = message
+        elif isinstance(message, Nudge):
+            self._nudge = message
+
+    def take(self) -> Message:
+        if self._grant is not None:
+            return self._grant
+        nudge, self._nudge = self._nudge, None
+        return nudge
+
+
 class SyncTicket:
     """A thread's place among the listener's waiters."""
 
     def __init__(self) -> None:
         self._event = threading.Event()
-        self._grant: Grant | None = None
+        self._inbox = _Inbox()
 
-    def wake(self, grant: Grant | None) -> None:
-        """Called by the listener thread: with the grant, or None to make the waiter look again."""
-        if grant is not None:
-            self._grant = grant
+    def wake(self, message: Message) -> None:
+        """Called by the listener thread: a grant, a nudge, or None to look again."""
+        self._inbox.put(message)
         self._event.set()
 
-    def wait(self, seconds: float) -> Grant | None:
-        """The grant, if it arrives within ``seconds`` (None also when woken to look again)."""
+    def wait(self, seconds: float) -> Message:
+        """What woke the waiter within ``seconds``; None when nothing did, or to look again."""
         self._event.wait(seconds)
         self._event.clear()
-        return self._grant
+        return self._inbox.take()
 
 
 class AsyncTicket:
@@ -74,26 +109,25 @@ class AsyncTicket:
     def __init__(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._event = asyncio.Event()
-        self._grant: Grant | None = None
+        self._inbox = _Inbox()
 
-    def wake(self, grant: Grant | None) -> None:
+    def wake(self, message: Message) -> None:
         """Called by the listener thread; passes the wake-up to the waiter's loop."""
         # A closed loop raises RuntimeError: its waiter is gone, nobody needs the wake-up.
         with contextlib.suppress(RuntimeError):
-            self._loop.call_soon_threadsafe(self._wake, grant)
+            self._loop.call_soon_threadsafe(self._wake, message)
 
-    def _wake(self, grant: Grant | None) -> None:
-        if grant is not None:
-            self._grant = grant
+    def _wake(self, message: Message) -> None:
+        self._inbox.put(message)
         self._event.set()
 
-    async def wait(self, seconds: float) -> Grant | None:
+    async def wait(self, seconds: float) -> Message:
         """:meth:`SyncTicket.wait` without blocking the event loop."""
         # asyncio.TimeoutError: the builtin TimeoutError only from Python 3.11 on.
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self._event.wait(), seconds)
         self._event.clear()
-        return self._grant
+        return self._inbox.take()
 
 
 Ticket = SyncTicket | AsyncTicket
@@ -107,6 +141,8 @@ class Listener:
         self.channel = backend.channel(uuid.uuid4().hex)
         self.ready = threading.Event()
         self._tickets: dict[str, Ticket] = {}
+        # Messages that came before their waiter registered (it does after its queued attempt).
+        self._unclaimed: collections.OrderedDict[str, Grant | Nudge] = collections.OrderedDict()
         self._mutex = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -115,6 +151,9 @@ class Listener:
         """Route grants for ``secret`` to ``ticket`` until :meth:`unregister`."""
         with self._mutex:
             self._tickets[secret] = ticket
+            early = self._unclaimed.pop(secret, None)
+        if early is not None:
+            ticket.wake(early)
 
     def unregister(self, secret: str) -> None:
         """Stop routing grants for ``secret``."""
@@ -141,10 +180,11 @@ class Listener:
     def _run(self) -> None:
         backoff = 0.1
         while not self._stop.is_set():
-            pubsub = self._client.pubsub()  # type: ignore[no-untyped-call]
+            connection = self._connect()
             try:
-                pubsub.subscribe(self.channel)
-                self._listen(pubsub)
+                connection.connect()
+                connection.send_command("SUBSCRIBE", self.channel)
+                self._listen(connection)
             except Exception as exc:  # Redis errors, and anything else: keep waiters served
                 self.ready.clear()
                 if self._stop.is_set():
@@ -156,46 +196,66 @@ class Listener:
                 backoff = 0.1
             finally:
                 with contextlib.suppress(Exception):
-                    pubsub.close()
+                    connection.disconnect()
         self.ready.clear()
 
-    def _listen(self, pubsub: redis.client.PubSub) -> None:
+    def _connect(self) -> Any:
+        """A connection of its own, configured like the cache's (address, auth, TLS, Sentinel)
+        but outside its pool, with a read timeout that lets the thread look up now and then.
+
+        It reads with the connection directly: a blocked read wakes as soon as a grant
+        arrives, quicker than the pub/sub helper's polling reads.
+        """
+        pool = self._client.connection_pool
+        options = {**pool.connection_kwargs, "socket_timeout": _READ_SECONDS}
+        return pool.connection_class(**options)
+
+    def _listen(self, connection: Any) -> None:
         """Dispatch grants until stopped; PING when quiet, so a dead connection shows."""
         heard = time.monotonic()
         pinged: float | None = None
         while not self._stop.is_set():
-            message = pubsub.get_message(timeout=_READ_SECONDS)
-            now = time.monotonic()
-            if message is None:
+            try:
+                reply = connection.read_response(disconnect_on_error=False, push_request=True)
+            except redis.TimeoutError:
+                now = time.monotonic()
                 if pinged is not None and now - pinged > _HEALTH_SECONDS:
-                    raise redis.ConnectionError("no answer to PING on the wake-up channel")
+                    raise redis.ConnectionError(
+                        "no answer to PING on the wake-up channel"
+                    ) from None
                 if pinged is None and now - heard > _HEALTH_SECONDS:
-                    pubsub.ping()
+                    connection.send_command("PING")
                     pinged = now
                 continue
-            heard, pinged = now, None
-            if message["type"] == "subscribe":
+            heard, pinged = time.monotonic(), None
+            kind = _text(reply[0]) if isinstance(reply, list) and reply else ""
+            if kind == "message":
+                self._dispatch(reply[2])
+            elif kind == "subscribe":
                 self.ready.set()
                 self._wake_all()  # grants sent while we were away were not heard
-            elif message["type"] == "message":
-                self._dispatch(message["data"])
 
     def _dispatch(self, data: bytes | str) -> None:
-        """``secret:token:acquired_at`` hands a lock over; a bare ``secret`` says look again."""
-        text = data.decode() if isinstance(data, bytes) else data
-        secret, _, rest = text.partition(":")
-        grant: Grant | None = None
-        if rest:
-            try:
-                token, acquired_at = rest.split(":")
-                grant = Grant(int(token), int(acquired_at))
-            except ValueError:
-                logger.warning("Ignored a malformed message on %s: %r", self.channel, text[:100])
-                return
+        """``secret:token:acquired_at`` hands a lock over; ``secret:lease_ms`` nudges."""
+        text = _text(data)
+        secret, *numbers = text.split(":")
+        try:
+            values = [int(number) for number in numbers]
+            message: Grant | Nudge = Grant(*values) if len(values) == 2 else Nudge(*values)
+        except (TypeError, ValueError):
+            logger.warning("Ignored a malformed message on %s: %r", self.channel, text[:100])
+            return
         with self._mutex:
-            ticket = self._tickets.pop(secret, None) if grant else self._tickets.get(secret)
+            if isinstance(message, Grant):
+                ticket = self._tickets.pop(secret, None)
+            else:
+                ticket = self._tickets.get(secret)
+            if ticket is None and not isinstance(self._unclaimed.get(secret), Grant):
+                self._unclaimed[secret] = message
+                while len(self._unclaimed) > _MAX_UNCLAIMED:
+                    self._unclaimed.popitem(last=False)
         if ticket is not None:
-            ticket.wake(grant)
+            ticket.wake(message)
 
     def _wake_all(self) -> None:
         with self._mutex:

@@ -85,6 +85,8 @@ class Watchdog:
         self._due: list[tuple[float, int, Hold]] = []
         self._order = itertools.count()
         self._thread: threading.Thread | None = None
+        # When the thread wakes next on its own; a hold due later needs no wake-up call.
+        self._wakes_at = float("inf")
 
     def add(self, hold: Hold, *, now: bool = False) -> None:
         """Start renewing ``hold``: first after an interval, or at once with ``now``."""
@@ -108,8 +110,11 @@ class Watchdog:
             return hold in self._active
 
     def _schedule(self, hold: Hold, when: float) -> None:
+        if len(self._due) > 2 * len(self._active) + 64:  # released holds pile up: drop them
+            self._due = [entry for entry in self._due if entry[2] in self._active]
+            heapq.heapify(self._due)
         heapq.heappush(self._due, (when, next(self._order), hold))
-        if self._due[0][2] is hold:
+        if when < self._wakes_at:
             self._cond.notify()
 
     def _next_batch(self) -> list[Hold]:
@@ -119,12 +124,15 @@ class Watchdog:
                 while self._due and self._due[0][2] not in self._active:
                     heapq.heappop(self._due)
                 if not self._due:
+                    self._wakes_at = float("inf")
                     self._cond.wait()
                     continue
                 delay = self._due[0][0] - time.monotonic()
                 if delay > 0:
+                    self._wakes_at = self._due[0][0]
                     self._cond.wait(delay)
                     continue
+                self._wakes_at = float("-inf")  # busy renewing: it looks at the heap again
                 batch = []
                 now = time.monotonic()
                 while self._due and self._due[0][0] <= now:

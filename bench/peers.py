@@ -1,0 +1,577 @@
+"""django_redis_lock against its peers, side by side in one run, on a Redis it starts itself.
+
+    python3 dev.py bench peers [--cycles 5000] [--contended 100] [--repeats 3] [--write]
+
+Libraries: a raw floor (SET NX PX, then one EVALSHA compare-and-delete), redis-py's Lock,
+python-redis-lock, pottery's Redlock (one master) and django_redis_lock, each with its
+defaults. Every repeat runs them all, in an order rotated from one repeat to the next; the
+tables give the medians of the repeats.
+
+- uncontended: acquire + release cycles on one free lock: cycles/s, µs per cycle, and round
+  trips per cycle (from the server's ``total_reads_processed``);
+- contended: 4 processes x ``--contended`` cycles on one lock, each holding it for a
+  non-atomic read-modify-write of a counter (which must come out exact). The handoff gap is
+  the time from a holder calling ``release()`` to a waiting process's ``acquire()``
+  returning, in µs and in round trips (a measured ``PING``); acquire waits p50/p99/max; and
+  the Redis commands clients send per acquisition (read with MONITOR in a separate pass, script
+  internals not counted);
+- the ``@locked`` overhead on a view, Redis memory per held lock, and (from bench/listing.py)
+  ``locks list`` and the admin's first page with 100,000 held locks.
+
+``--write`` writes docs/benchmarks.rst and docs/benchmarks.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import itertools
+import multiprocessing
+import os
+import platform
+import socket
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
+os.environ.setdefault("TESTPROJECT_DB", ":memory:")
+
+from testproject.redis_server import RedisServer, find_redis_server  # noqa: E402
+
+PROCESSES = 4
+LOCK_TIMEOUT = 30
+# Contended cycles each process runs before the measured ones.
+WARM_UP_CYCLES = 10
+
+
+# -- the libraries, each behind the same two calls --------------------------------------------
+
+
+class Handle:
+    """One lock of one library: acquire() blocks until held, release() gives it back."""
+
+    def acquire(self) -> bool:
+        raise NotImplementedError
+
+    def release(self) -> None:
+        raise NotImplementedError
+
+
+@dataclass
+class Library:
+    """How to make locks of one library in the current process."""
+
+    name: str
+    contended: bool
+    make: Callable[[str, str], Callable[[str], Handle]]  # (url, ...) -> factory(name)
+
+
+def _raw(url: str, _: str) -> Callable[[str], Handle]:
+    import redis
+
+    client = redis.Redis.from_url(url)
+    release = client.register_script(
+        "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end "
+        "return 0"
+    )
+
+    class Raw(Handle):
+        def __init__(self, name: str) -> None:
+            self.name, self.token = name, os.urandom(16).hex()
+
+        def acquire(self) -> bool:
+            return bool(client.set(self.name, self.token, nx=True, px=LOCK_TIMEOUT * 1000))
+
+        def release(self) -> None:
+            release(keys=[self.name], args=[self.token])
+
+    return Raw
+
+
+def _redis_py(url: str, _: str) -> Callable[[str], Handle]:
+    import redis
+
+    client = redis.Redis.from_url(url)
+    return lambda name: client.lock(name, timeout=LOCK_TIMEOUT)  # type: ignore[return-value]
+
+
+def _python_redis_lock(url: str, _: str) -> Callable[[str], Handle]:
+    import redis
+    import redis_lock
+
+    client = redis.Redis.from_url(url)
+    return lambda name: redis_lock.Lock(client, name, expire=LOCK_TIMEOUT)  # type: ignore[return-value]
+
+
+def _pottery(url: str, _: str) -> Callable[[str], Handle]:
+    import redis
+    from pottery import Redlock
+
+    client = redis.Redis.from_url(url)
+    return lambda name: Redlock(  # type: ignore[return-value]
+        key=name, masters={client}, auto_release_time=LOCK_TIMEOUT
+    )
+
+
+def _ours(url: str, _: str) -> Callable[[str], Handle]:
+    import django
+
+    django.setup()
+    from django_redis_lock import lock
+
+    return lambda name: lock(name, timeout=LOCK_TIMEOUT)  # type: ignore[return-value]
+
+
+LIBRARIES = [
+    Library("raw floor", False, _raw),
+    Library("redis-py Lock", True, _redis_py),
+    Library("python-redis-lock", True, _python_redis_lock),
+    Library("pottery Redlock", True, _pottery),
+    Library("django_redis_lock", True, _ours),
+]
+
+
+# -- measuring ---------------------------------------------------------------------------------
+
+
+def _client(url: str) -> Any:
+    import redis
+
+    return redis.Redis.from_url(url)
+
+
+def reads(url: str) -> int:
+    return int(_client(url).info("stats")["total_reads_processed"])
+
+
+def ping_seconds(url: str, count: int = 2000) -> float:
+    """Median round trip of a PING from Python: the unit gaps are counted in."""
+    client = _client(url)
+    times = []
+    for _ in range(count):
+        started = time.perf_counter()
+        client.ping()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+@dataclass
+class Uncontended:
+    micros: float
+    trips: float
+
+
+def uncontended(library: Library, url: str, cycles: int) -> Uncontended:
+    make = library.make(url, "")
+    for _ in range(200):  # warm up: connections, scripts, imports
+        handle = make("uncontended")
+        handle.acquire()
+        handle.release()
+    before = reads(url)
+    started = time.perf_counter()
+    for _ in range(cycles):
+        handle = make("uncontended")
+        handle.acquire()
+        handle.release()
+    elapsed = time.perf_counter() - started
+    trips = (reads(url) - before - 1) / cycles  # less the INFO that reads the counter
+    return Uncontended(elapsed / cycles * 1e6, trips)
+
+
+def _contender(library: Library, url: str, cycles: int, barrier: Any, out: Any) -> None:
+    make = library.make(url, "")
+    client = _client(url)
+    records = []
+    barrier.wait()
+    for _ in range(WARM_UP_CYCLES):  # steady state: connections, scripts, wake-up channels
+        handle = make("contended")
+        handle.acquire()
+        handle.release()
+    barrier.wait()
+    for _ in range(cycles):
+        handle = make("contended")
+        called = time.perf_counter()
+        handle.acquire()
+        acquired = time.perf_counter()
+        value = int(client.get("counter") or 0)  # read ...
+        client.set("counter", value + 1)  # ... modify, write: exact only under the lock
+        releasing = time.perf_counter()
+        handle.release()
+        records.append((called, acquired, releasing))
+    out.send(records)
+    out.close()
+
+
+@dataclass
+class Contended:
+    gap_p50: float
+    gap_p90: float
+    wait_p50: float
+    wait_p99: float
+    wait_max: float
+    exact: bool
+
+
+def contended(library: Library, url: str, cycles: int) -> Contended:
+    """4 processes fighting for one lock; time.perf_counter is one clock for all on Linux."""
+    _client(url).delete("counter")
+    context = multiprocessing.get_context("fork")
+    barrier = context.Barrier(PROCESSES)
+    pipes, processes = [], []
+    for _ in range(PROCESSES):
+        receive, send = context.Pipe(duplex=False)
+        process = context.Process(target=_contender, args=(library, url, cycles, barrier, send))
+        process.start()
+        pipes.append(receive)
+        processes.append(process)
+    records = [record for pipe in pipes for record in pipe.recv()]
+    # The counter counts only measured cycles: the warm-up does not touch it.
+    for process in processes:
+        process.join(60)
+    exact = int(_client(url).get("counter") or 0) == PROCESSES * cycles
+    holds = sorted(records, key=lambda record: record[1])
+    gaps = [
+        nxt[1] - prev[2]
+        for prev, nxt in itertools.pairwise(holds)
+        if nxt[0] < prev[2]  # the next holder was already waiting: a handoff
+    ]
+    waits = sorted(acquired - called for called, acquired, _ in records)
+    return Contended(
+        gap_p50=_quantile(gaps, 0.5) * 1e6,
+        gap_p90=_quantile(gaps, 0.9) * 1e6,
+        wait_p50=_quantile(waits, 0.5) * 1e6,
+        wait_p99=_quantile(waits, 0.99) * 1e6,
+        wait_max=max(waits) * 1e6,
+        exact=exact,
+    )
+
+
+def _quantile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+class Monitor:
+    """Counts the commands clients send (MONITOR lines not from a script) on a raw socket."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self._sock = socket.create_connection((host, port))
+        self._sock.sendall(b"MONITOR\r\n")
+        self.commands = 0
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        buffer = b""
+        while True:
+            try:
+                chunk = self._sock.recv(65536)
+            except OSError:
+                return
+            if not chunk:
+                return
+            buffer += chunk
+            *lines, buffer = buffer.split(b"\r\n")
+            self.commands += sum(
+                1 for line in lines if line.startswith(b"+1") and b" lua]" not in line
+            )
+
+    def close(self) -> int:
+        time.sleep(0.2)  # let the last lines arrive (measurement only)
+        self._sock.close()
+        self._thread.join(5)
+        return self.commands
+
+
+def commands_per_acquisition(library: Library, server: RedisServer, cycles: int) -> float:
+    """Client commands per contended acquire + release, less the counter's GET and SET."""
+    monitor = Monitor(server.host, server.port)
+    contended(library, server.url, cycles)
+    sent = monitor.close()
+    acquisitions = PROCESSES * cycles
+    # Less: the counter's GET and SET per cycle; per process the GET of the final check's
+    # client, and DEL counter; the per-process connection set-up commands of redis-py.
+    return (sent - 2 * acquisitions) / acquisitions
+
+
+def view_overhead(url: str, count: int = 3000) -> tuple[float, float]:
+    """µs a @locked view takes more than the same view undecorated, and that in round trips."""
+    import django
+
+    django.setup()
+    from django.http import HttpResponse
+    from django.test import RequestFactory
+
+    from django_redis_lock import locked
+
+    def plain(request: Any, pk: int) -> HttpResponse:
+        return HttpResponse("ok")
+
+    decorated = locked("view:{pk}")(plain)
+    request = RequestFactory().get("/view/1/")
+    results = {}
+    for name, view in (("plain", plain), ("locked", decorated)):
+        for _ in range(200):
+            view(request, pk=1)
+        times = []
+        for _ in range(count):
+            started = time.perf_counter()
+            view(request, pk=1)
+            times.append(time.perf_counter() - started)
+        results[name] = statistics.median(times)
+    overhead = results["locked"] - results["plain"]
+    return overhead * 1e6, overhead / ping_seconds(url)
+
+
+def memory_per_lock(url: str) -> dict[str, int]:
+    """Bytes of Redis memory (MEMORY USAGE) per held lock, by library."""
+    client = _client(url)
+    sizes = {}
+    for library in LIBRARIES:
+        client.flushall()
+        handle = library.make(url, "")("memory:job-42")
+        handle.acquire()
+        sizes[library.name] = sum(
+            client.memory_usage(key) or 0 for key in client.scan_iter(count=100)
+        )
+        handle.release()
+    return sizes
+
+
+# -- the run -----------------------------------------------------------------------------------
+
+
+@dataclass
+class Results:
+    ping: list[float] = field(default_factory=list)
+    uncontended: dict[str, list[Uncontended]] = field(default_factory=dict)
+    contended: dict[str, list[Contended]] = field(default_factory=dict)
+    commands: dict[str, float] = field(default_factory=dict)
+
+
+def run(options: argparse.Namespace, server: RedisServer) -> Results:
+    results = Results()
+    for repeat in range(options.repeats):
+        order = LIBRARIES[repeat % len(LIBRARIES) :] + LIBRARIES[: repeat % len(LIBRARIES)]
+        results.ping.append(ping_seconds(server.url))
+        for library in order:
+            _client(server.url).flushall()
+            print(f"repeat {repeat + 1}: {library.name}", file=sys.stderr, flush=True)
+            results.uncontended.setdefault(library.name, []).append(
+                uncontended(library, server.url, options.cycles)
+            )
+            if library.contended:
+                outcome = contended(library, server.url, options.contended)
+                if not outcome.exact:
+                    raise SystemExit(f"{library.name}: the counter is wrong: no mutual exclusion")
+                results.contended.setdefault(library.name, []).append(outcome)
+    for library in LIBRARIES:
+        if library.contended:
+            _client(server.url).flushall()
+            results.commands[library.name] = commands_per_acquisition(library, server, 30)
+    return results
+
+
+def _median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def tables(results: Results, view: tuple[float, float], memory: dict[str, int]) -> str:
+    rtt = _median(results.ping)
+    floor = _median([u.micros for u in results.uncontended["raw floor"]])
+    lines = [
+        "Uncontended acquire + release",
+        "-----------------------------",
+        "",
+        ".. list-table::",
+        "   :header-rows: 1",
+        "",
+        "   * - Library",
+        "     - cycles/s",
+        "     - µs per cycle",
+        "     - vs raw floor",
+        "     - round trips per cycle",
+    ]
+    for library in LIBRARIES:
+        runs = results.uncontended[library.name]
+        micros = _median([u.micros for u in runs])
+        lines += [
+            f"   * - {library.name}",
+            f"     - {1e6 / micros:,.0f}",
+            f"     - {micros:.0f}",
+            f"     - {micros / floor:.2f}x",
+            f"     - {_median([u.trips for u in runs]):.2f}",
+        ]
+    lines += [
+        "",
+        f"Contended: {PROCESSES} processes, one lock (one round trip, a PING from Python, is "
+        f"{rtt * 1e6:.0f} µs here)",
+        "-" * 80,
+        "",
+        ".. list-table::",
+        "   :header-rows: 1",
+        "",
+        "   * - Library",
+        "     - handoff gap p50",
+        "     - gap p90",
+        "     - gap p50 in round trips",
+        "     - acquire wait p50 / p99 / max (ms)",
+        "     - worst wait / median wait",
+        "     - commands per acquisition",
+    ]
+    for library in LIBRARIES:
+        if not library.contended:
+            continue
+        runs = results.contended[library.name]
+        gap50 = _median([c.gap_p50 for c in runs])
+        gap90 = _median([c.gap_p90 for c in runs])
+        w50 = _median([c.wait_p50 for c in runs])
+        w99 = _median([c.wait_p99 for c in runs])
+        wmax = _median([c.wait_max for c in runs])
+        lines += [
+            f"   * - {library.name}",
+            f"     - {gap50:,.0f} µs",
+            f"     - {gap90:,.0f} µs",
+            f"     - {gap50 / (rtt * 1e6):.2f}",
+            f"     - {w50 / 1000:.1f} / {w99 / 1000:.1f} / {wmax / 1000:.1f}",
+            f"     - {wmax / w50:.1f}x",
+            f"     - {results.commands[library.name]:.2f}",
+        ]
+    lines += [
+        "",
+        "The ``@locked`` view and Redis memory",
+        "-------------------------------------",
+        "",
+        f"- ``@locked`` adds {view[0]:.0f} µs to a view ({view[1]:.2f} round trips: one acquire "
+        "and one release).",
+        "- Redis memory per held lock (``MEMORY USAGE`` of its keys, a 30-character owner and a "
+        "label for django_redis_lock): "
+        + ", ".join(f"{name} {size} B" for name, size in memory.items())
+        + ".",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def plot(results: Results, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [library.name for library in LIBRARIES]
+    cycle = [_median([u.micros for u in results.uncontended[name]]) for name in names]
+    contenders = [library.name for library in LIBRARIES if library.contended]
+    gaps = [_median([c.gap_p50 for c in results.contended[name]]) for name in contenders]
+    figure, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    colours = ["#2a9d8f" if name == "django_redis_lock" else "#8d99ae" for name in names]
+    left.barh(names, cycle, color=colours)
+    left.set_xlabel("µs per uncontended acquire + release (lower is better)")
+    left.invert_yaxis()
+    colours = ["#2a9d8f" if name == "django_redis_lock" else "#8d99ae" for name in contenders]
+    right.barh(contenders, gaps, color=colours)
+    right.set_xscale("log")
+    right.set_xlabel("handoff gap p50, µs, log scale (lower is better)")
+    right.invert_yaxis()
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+
+
+def versions() -> str:
+    from importlib.metadata import version
+
+    packages = ["django", "redis", "django-redis", "python-redis-lock", "pottery", "hiredis"]
+    found = []
+    for package in packages:
+        try:
+            found.append(f"{package} {version(package)}")
+        except Exception:
+            found.append(f"{package} not installed")
+    return ", ".join(found)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cycles", type=int, default=5000, help="uncontended cycles")
+    parser.add_argument("--contended", type=int, default=200, help="cycles per process")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--listing-locks", type=int, default=100_000)
+    parser.add_argument("--write", action="store_true", help="write docs/benchmarks.*")
+    options = parser.parse_args()
+
+    server = RedisServer(binary=find_redis_server()).start()
+    os.environ["REDIS_URL"] = server.url
+    try:
+        redis_version = _client(server.url).info("server")["redis_version"]
+        results = run(options, server)
+        _client(server.url).flushall()
+        view = view_overhead(server.url)
+        memory = memory_per_lock(server.url)
+    finally:
+        server.stop()
+    import listing
+
+    listing_rows = listing.measure(options.listing_locks, options.repeats)
+    body = tables(results, view, memory)
+    machine = (
+        f"{os.cpu_count()} cores, {platform.platform()}, Python {platform.python_version()}, "
+        f"Redis {redis_version}; {versions()}; {datetime.date.today().isoformat()}"
+    )
+    text = "\n".join(
+        [
+            "==========",
+            "Benchmarks",
+            "==========",
+            "",
+            "Produced by ``python3 dev.py bench peers --write`` (bench/peers.py and",
+            "bench/listing.py), which start their own ``redis-server`` and touch no other.",
+            f"Medians of {options.repeats} repeats, the libraries' order rotated between",
+            "repeats, every library with its defaults.",
+            "",
+            f"Machine: {machine}.",
+            "",
+            ".. image:: benchmarks.png",
+            "   :alt: Per-library cycle time and contended handoff gap.",
+            "",
+            body,
+            "Operating locks at scale",
+            "------------------------",
+            "",
+            *[f"- {row}" for row in listing_rows],
+            "",
+            NOTES,
+        ]
+    )
+    print(text)
+    if options.write:
+        (ROOT / "docs" / "benchmarks.rst").write_text(text)
+        plot(results, ROOT / "docs" / "benchmarks.png")
+
+
+NOTES = """Reading the numbers
+-------------------
+
+- Round trips per cycle come from the server's ``total_reads_processed``; commands per
+  acquisition from ``MONITOR`` in a separate, untimed pass (commands a script runs inside
+  Redis are not client commands and are not counted).
+- The handoff gap is measured only where the next holder was already waiting when the holder
+  called ``release()``. django_redis_lock hands the lock over inside the release script and
+  publishes the grant, so the next holder runs about half a round trip later without a
+  request of its own. redis-py's Lock polls (every 0.1 s by default) and pottery retries after
+  a random delay, which their gaps and worst waits show; python-redis-lock wakes waiters with
+  BLPOP and then races them.
+"""
+
+
+if __name__ == "__main__":
+    main()
