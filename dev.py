@@ -112,6 +112,15 @@ def run_bench(args: Sequence[str]) -> int:
     if not args or args[0] not in names:
         fail(f"usage: dev.py bench NAME [ARGS...]; NAME is one of: {', '.join(names)}", 2)
     os.chdir(ROOT)
+    try:  # the peers the benchmarks compare with are not needed for anything else
+        import matplotlib  # noqa: F401
+        import pottery  # noqa: F401
+        import redis_lock  # noqa: F401
+    except ImportError:
+        say("installing the benchmark's extras: pip install -e '.[bench]'")
+        pip = [sys.executable, "-m", "pip", "install", "--quiet", "-e", f"{ROOT}[bench]"]
+        if subprocess.run(pip, check=False).returncode:
+            fail("could not install the benchmark's extras")
     say(f"running: python bench/{args[0]}.py {' '.join(args[1:])}".rstrip())
     script = str(ROOT / "bench" / f"{args[0]}.py")
     return subprocess.run([sys.executable, script, *args[1:]], check=False).returncode
