@@ -481,11 +481,14 @@ def tables(results: Results, view: tuple[float, float, float], memory: dict[str,
             f"     - {micros / floor:.2f}x",
             f"     - {_median([u.trips for u in runs]):.2f}",
         ]
+    title = (
+        f"Contended: {PROCESSES} processes, one lock (one round trip, a PING from Python, is "
+        f"{rtt * 1e6:.0f} µs here)"
+    )
     lines += [
         "",
-        f"Contended: {PROCESSES} processes, one lock (one round trip, a PING from Python, is "
-        f"{rtt * 1e6:.0f} µs here)",
-        "-" * 80,
+        title,
+        "-" * len(title),
         "",
         ".. list-table::",
         "   :header-rows: 1",

@@ -180,14 +180,15 @@ class LockBackend:
         )
         self._async: dict[asyncio.AbstractEventLoop, tuple[redis.asyncio.Redis, AsyncScripts]] = {}
         self._async_mutex = threading.Lock()
-        self.keys = lru_cache(maxsize=4096)(self._keys)
+        self.keys_for = lru_cache(maxsize=4096)(self._keys_for)
         self._frame = self._key_frame()
 
     def make_key(self, body: str) -> str:
         """``body`` through the cache's key function (KEY_PREFIX, VERSION, KEY_FUNCTION)."""
         return str(self._make_key(body))
 
-    def _keys(self, name: str) -> LockKeys:
+    def _keys_for(self, name: str) -> LockKeys:
+        """The Redis keys of the lock ``name`` (cached: ``keys_for``)."""
         tag = hashlib.blake2b(name.encode(), digest_size=_TAG_LENGTH // 2).hexdigest()
         # The tag comes first, so braces in the name or the prefix cannot change the slot.
         base = f"{self.namespace}:{{{tag}}}:"

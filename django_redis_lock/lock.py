@@ -162,7 +162,7 @@ class Lock:
             raise TypeError(f"label must be a str or None, not {type(label).__name__}.")
         self.label = label
         self._backend = backend
-        self._keys = backend.keys(self.name)
+        self._keys = backend.keys_for(self.name)
         self._secret: str | None = None
         self._depth = 0
         self._hold: Hold | None = None
