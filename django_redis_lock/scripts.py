@@ -14,9 +14,10 @@ waiter's process channel as ``secret:token:acquired_at``, so the next holder nee
 trip of its own; the waiter that becomes first is sent ``secret:lease_ms``, to look again when
 the new lease ends (the first waiter is the one that watches for a holder that died).
 
-The hand-over lease is at most ``HANDOVER_LEASE_MS``: the new holder's process lengthens it
-to the full TTL as soon as it hears of the grant, so a waiter that died while queued holds up
-the others for seconds, not for a whole TTL. Waiter entries carry a server-side deadline: a
+The hand-over lease is at most ``HANDOVER_LEASE_MS``: the new holder's watchdog lengthens it
+to the full TTL at a third of it, as it renews any lease (a short hold is released before that
+and costs no extra request), so a waiter that died while queued holds up the others for
+seconds, not for a whole TTL. Waiter entries carry a server-side deadline: a
 waiter that died or gave up is skipped, and the queue keys expire on their own.
 
 Fencing tokens are ``max(last token + 1, server clock in microseconds)``: strictly increasing

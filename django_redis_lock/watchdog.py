@@ -44,7 +44,7 @@ class Renewable(Protocol):
 class Hold:
     """One acquisition under the watchdog's care."""
 
-    __slots__ = ("backend", "keys", "lease_end", "lock", "repeat", "secret", "ttl_ms")
+    __slots__ = ("backend", "first", "keys", "lease_end", "lock", "repeat", "secret", "ttl_ms")
 
     def __init__(
         self,
@@ -65,6 +65,9 @@ class Hold:
         self.repeat = repeat  # False: lengthen a hand-over lease once, then leave it alone
         # When the lease surely ends, by this process's clock, as of the last renewal sent.
         self.lease_end = time.monotonic() + lease_ms / 1000
+        # Seconds to the first renewal: a third of the lease the hold starts with, which is
+        # shorter than the TTL for a hand-over.
+        self.first = lease_ms / 1000 * RENEW_FRACTION
 
     @property
     def interval(self) -> float:
@@ -87,12 +90,17 @@ class Watchdog:
         self._thread: threading.Thread | None = None
         # When the thread wakes next on its own; a hold due later needs no wake-up call.
         self._wakes_at = float("inf")
+        # When the last released hold it dropped would have been due. With nothing left to
+        # renew, the thread sleeps until then rather than for good, so that the next hold, due
+        # about as late, needs no wake-up call: a lock taken and released in a loop wakes it
+        # rarely.
+        self._quiet_until = float("-inf")
 
-    def add(self, hold: Hold, *, now: bool = False) -> None:
-        """Start renewing ``hold``: first after an interval, or at once with ``now``."""
+    def add(self, hold: Hold) -> None:
+        """Start renewing ``hold``, first at a third of the lease it starts with."""
         with self._cond:
             self._active.add(hold)
-            self._schedule(hold, time.monotonic() + (0 if now else hold.interval))
+            self._schedule(hold, time.monotonic() + hold.first)
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
                     target=self._run, name="django_redis_lock-watchdog", daemon=True
@@ -122,15 +130,15 @@ class Watchdog:
         with self._cond:
             while True:
                 while self._due and self._due[0][2] not in self._active:
-                    heapq.heappop(self._due)
-                if not self._due:
-                    self._wakes_at = float("inf")
-                    self._cond.wait()
-                    continue
-                delay = self._due[0][0] - time.monotonic()
-                if delay > 0:
-                    self._wakes_at = self._due[0][0]
-                    self._cond.wait(delay)
+                    self._quiet_until = heapq.heappop(self._due)[0]
+                now = time.monotonic()
+                if self._due:
+                    wake = self._due[0][0]
+                else:
+                    wake = self._quiet_until if self._quiet_until > now else float("inf")
+                if wake > now:
+                    self._wakes_at = wake
+                    self._cond.wait(None if wake == float("inf") else wake - now)
                     continue
                 self._wakes_at = float("-inf")  # busy renewing: it looks at the heap again
                 batch = []

@@ -278,7 +278,10 @@ def test_waiter_killed_while_queued_delays_the_next_by_the_hand_over_lease_only(
     assert results[0][1] - released < HANDOVER_LEASE_MS / 1000 + 1.5  # not the dead one's 60 s
 
 
-def test_a_handed_over_lock_gets_its_full_lease_at_once(busy_events: threading.Semaphore) -> None:
+@pytest.mark.slow
+def test_a_handed_over_lock_gets_its_full_lease_before_the_hand_over_lease_ends(
+    busy_events: threading.Semaphore,
+) -> None:
     holder = lock("full-lease", auto_renew=False)
     holder.acquire()
     for auto_renew in (True, False):
@@ -289,8 +292,26 @@ def test_a_handed_over_lock_gets_its_full_lease_at_once(busy_events: threading.S
         holder.release()
         thread.join(5)
         assert waiter.fencing_token is not None
-        wait_until(lambda w=waiter: (w.ttl() or 0) > 55, timeout=2)
+        assert (waiter.ttl() or 0) <= HANDOVER_LEASE_MS / 1000
+        # Lengthened at a third of the hand-over lease: well before it ends.
+        wait_until(lambda w=waiter: (w.ttl() or 0) > 55, timeout=HANDOVER_LEASE_MS / 1000 / 2)
         holder = waiter
+
+
+def test_a_short_hold_handed_over_costs_no_request_beyond_acquire_and_release(
+    redis_client: redis.Redis, busy_events: threading.Semaphore
+) -> None:
+    holder = lock("short-hold")
+    holder.acquire()
+    waiter = lock("short-hold", blocking_timeout=10)
+    thread = threading.Thread(target=waiter.acquire)
+    thread.start()
+    assert busy_events.acquire(timeout=5)
+    redis_client.config_resetstat()
+    holder.release()  # hands the lock over: the waiter sends nothing to take it
+    thread.join(5)
+    waiter.release()
+    assert commandstats(redis_client).get("evalsha") == 2  # the two releases, no lengthening
 
 
 def test_only_the_first_waiter_looks_again_when_a_renewed_lease_ends(

@@ -105,6 +105,35 @@ def test_child_process_never_renews_the_parents_locks() -> None:
     assert result == bytes([0])  # the child's own watchdog worked
 
 
+def test_a_lock_taken_and_released_in_a_loop_rarely_wakes_the_watchdog(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    dog = watchdog()
+    wake_ups = []
+    notify = dog._cond.notify
+    monkeypatch.setattr(dog._cond, "notify", lambda n=1: (wake_ups.append(n), notify(n)))
+    for _ in range(50):
+        # Holding the watchdog's lock makes the thread look only after the release, the case
+        # of a hold shorter than the thread's wake-up (common on a busy machine).
+        with dog._cond, lock("hot-loop", timeout=30):
+            pass
+        # Let the thread handle any wake-up call and go back to waiting before the next hold.
+        wait_until(lambda: bool(dog._cond._waiters), timeout=2)  # type: ignore[attr-defined]
+    # The first hold may wake the thread; the rest are due no sooner than the thread wakes.
+    assert len(wake_ups) <= 1
+
+
+def test_a_short_lease_after_long_ones_is_renewed_in_time() -> None:
+    for _ in range(50):  # the idle watchdog now sleeps until these would have been due
+        with lock("long-lease", timeout=30):
+            pass
+    held = lock("short-lease", timeout=0.3)
+    assert held.acquire()
+    time.sleep(1.0)  # more than three leases of 0.3 s
+    assert held.owned()
+    held.release()
+
+
 def test_one_watchdog_thread_renews_every_lock() -> None:
     held = [lock(f"many:{i}", timeout=0.3) for i in range(10)]
     for each in held:
