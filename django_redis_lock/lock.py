@@ -12,7 +12,6 @@ import asyncio
 import logging
 import math
 import os
-import secrets
 import socket
 import threading
 import time
@@ -71,9 +70,16 @@ def seconds_to_ms(value: object, what: str) -> int:
     return max(1, round(value * 1000))
 
 
+_tombstone: tuple[object, int] = (None, 0)  # (the setting's value, it in ms): checked once
+
+
 def tombstone_ms() -> int:
     """How long a released lock keeps its last fencing token, in ms (from the settings)."""
-    return seconds_to_ms(lock_settings.TOMBSTONE_TIMEOUT, "REDIS_LOCK['TOMBSTONE_TIMEOUT']")
+    global _tombstone
+    value = lock_settings.TOMBSTONE_TIMEOUT
+    if value is not _tombstone[0]:
+        _tombstone = (value, seconds_to_ms(value, "REDIS_LOCK['TOMBSTONE_TIMEOUT']"))
+    return _tombstone[1]
 
 
 def validate_blocking_timeout(value: object) -> float | None:
@@ -96,14 +102,30 @@ def _flag(value: object, what: str) -> bool:
     return value
 
 
+_process = f"{_HOST} pid {os.getpid()}"
+
+
+def _after_fork_in_child() -> None:
+    global _process
+    _process = f"{_HOST} pid {os.getpid()}"
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def _thread_owner() -> str:
-    return f"{_HOST} pid {os.getpid()} thread {threading.current_thread().name}"
+    return f"{_process} thread {threading.current_thread().name}"
 
 
 def _task_owner() -> str:
     task = asyncio.current_task()
     where = f"task {task.get_name()}" if task is not None else "event loop"
-    return f"{_HOST} pid {os.getpid()} {where}"
+    return f"{_process} {where}"
+
+
+def _new_secret() -> str:
+    """128 random bits from the OS, as hex: the secret of one acquisition."""
+    return os.urandom(16).hex()  # what secrets.token_hex(16) does, minus two calls
 
 
 class _Attempt(NamedTuple):
@@ -188,7 +210,7 @@ class Lock:
         """Take the lock; wait for it unless ``blocking`` is False; True when taken."""
         if self._holding():
             return self._reenter()
-        secret, owner = secrets.token_hex(16), _thread_owner()
+        secret, owner = _new_secret(), _thread_owner()
         listener = waiting.listener_for(self._backend)
         plan = self._plan(blocking, blocking_timeout)
         ticket: waiting.SyncTicket | None = None
@@ -224,7 +246,7 @@ class Lock:
         """:meth:`acquire` for async code: waiting never blocks the event loop."""
         if self._holding():
             return self._reenter()
-        secret, owner = secrets.token_hex(16), _task_owner()
+        secret, owner = _new_secret(), _task_owner()
         listener = waiting.listener_for(self._backend)
         plan = self._plan(blocking, blocking_timeout)
         _, scripts = self._backend.async_client()

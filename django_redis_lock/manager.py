@@ -243,11 +243,15 @@ class LockManager:
         return released
 
 
-def get_lock_manager(using: str | None = None) -> LockManager:
-    """The LockManager of cache alias ``using`` (None: the REDIS_LOCK CACHE setting)."""
+def _backend_of(using: str | None) -> LockBackend:
     if using is not None and not isinstance(using, str):
         raise TypeError(f"using must be a cache alias (str) or None, not {type(using).__name__}.")
-    return LockManager(get_backend(using))
+    return get_backend(using)
+
+
+def get_lock_manager(using: str | None = None) -> LockManager:
+    """The LockManager of cache alias ``using`` (None: the REDIS_LOCK CACHE setting)."""
+    return LockManager(_backend_of(using))
 
 
 def lock(
@@ -268,7 +272,8 @@ def lock(
     REDIS_LOCK AUTO_RENEW); ``reentrant`` lets the same object acquire again; ``label`` is
     shown to operators; ``using`` picks the cache alias (None: REDIS_LOCK CACHE).
     """
-    return get_lock_manager(using).lock(
+    return Lock(
+        _backend_of(using),
         name,
         timeout=timeout,
         blocking=blocking,

@@ -29,8 +29,9 @@ from __future__ import annotations
 #: The lease of a lock handed to a waiter, until its process confirms the full TTL.
 HANDOVER_LEASE_MS = 5000
 
-# Helpers of every script that may grant or free a lock. Helpers for queues come later in a
-# script, after its fast path for a lock nobody waits for, which then skips defining them.
+# Helpers of every script that may grant or free a lock. They come after a script's fast path
+# for a lock nobody waits for, which then skips defining them (each definition costs time on
+# every call); that path repeats the few lines of grant() or tombstone() it needs.
 _PRELUDE = (
     f"local HANDOVER_LEASE_MS = {HANDOVER_LEASE_MS}\n"
     + """
@@ -113,17 +114,23 @@ end
 # ms to wait before trying again}: the first waiter tries again when the lease ends, in case
 # the holder died; the others need not, the release or the first waiter's grant comes first.
 ACQUIRE = (
-    _PRELUDE
-    + """
+    """
 local lock, queue, waiters = KEYS[1], KEYS[2], KEYS[3]
 local secret, ttl = ARGV[1], tonumber(ARGV[2])
 local held = redis.call('HMGET', lock, 's', 't')
 local holder = held[1]
 if not holder and redis.call('EXISTS', queue) == 0 then  -- free, and nobody waits
-  local now = now_us()
-  return {1, grant(lock, secret, ttl, ARGV[3], ARGV[4], now, held[2]), now}
+  -- grant() inline: this path runs before any helper is defined, which costs time per call.
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local token = math.max(tonumber(held[2] or '0') + 1, now)
+  redis.call('HSET', lock, 's', secret, 't', string.format('%d', token), 'o', ARGV[3],
+             'l', ARGV[4], 'a', string.format('%d', now))
+  redis.call('PEXPIRE', lock, ttl)
+  return {1, token, now}
 end
 """
+    + _PRELUDE
     + _QUEUE_PRELUDE
     + """
 if holder == secret then
@@ -172,14 +179,15 @@ return {0, left, wait}
 # Returns 1 when released, 2 when released and handed to a waiter, 0 when the secret does not
 # hold the lock.
 RELEASE = (
-    _PRELUDE
-    + """
+    """
 if redis.call('HGET', KEYS[1], 's') ~= ARGV[1] then return 0 end
-if redis.call('EXISTS', KEYS[2]) == 0 then  -- nobody waits
-  tombstone(KEYS[1], ARGV[2])
+if redis.call('EXISTS', KEYS[2]) == 0 then  -- nobody waits: tombstone() inline
+  redis.call('HDEL', KEYS[1], 's', 'o', 'l', 'a')
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return 1
 end
 """
+    + _PRELUDE
     + _QUEUE_PRELUDE
     + """
 return free(KEYS[1], KEYS[2], KEYS[3], now_us(), ARGV[2])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+import redis
 
 from django_redis_lock import LockBusy, LockError, LockNotOwned, get_lock_manager, lock
 
@@ -26,6 +27,22 @@ def test_async_acquire_release_extend_and_state() -> None:
             await held.arelease()
         with pytest.raises(LockNotOwned):
             await held.aextend()
+
+    asyncio.run(main())
+
+
+def test_async_scripts_are_loaded_again_after_the_server_forgets_them(
+    redis_client: redis.Redis,
+) -> None:
+    async def main() -> None:
+        held = lock("async-flushed")
+        assert await held.aacquire()
+        redis_client.script_flush()
+        await held.aextend(5)
+        redis_client.script_flush()
+        await held.arelease()
+        redis_client.script_flush()
+        assert await lock("async-flushed").aacquire(blocking=False)
 
     asyncio.run(main())
 

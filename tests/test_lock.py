@@ -50,6 +50,22 @@ def test_hot_path_sends_only_evalsha(redis_client: redis.Redis) -> None:
     assert not {"get", "set", "keys", "script|load", "script", "eval"} & set(stats)
 
 
+@pytest.mark.parametrize("alias", ["default", "builtin"])
+def test_scripts_are_loaded_again_after_the_server_forgets_them(
+    redis_client: redis.Redis, alias: str
+) -> None:
+    with lock("warm-up", using=alias):
+        pass
+    redis_client.script_flush()  # as after a restart or a failover to a fresh replica
+    held = lock("job", using=alias)
+    assert held.acquire()
+    redis_client.script_flush()
+    held.extend(5)
+    redis_client.script_flush()
+    held.release()
+    assert not held.locked()
+
+
 def test_second_holder_is_refused_until_release() -> None:
     first, second = lock("report"), lock("report", blocking=False)
     assert first.acquire()
