@@ -311,6 +311,43 @@ def contended(library: Library, url: str, cycles: int) -> Contended:
     )
 
 
+# Publishes the wake-up floor times; each after the subscriber is back in its read and idle.
+WAKE_UP_SAMPLES = 300
+WAKE_UP_IDLE_SECONDS = 0.002  # about a contended wait here: the subscriber sleeps, as waiters do
+
+
+def _subscriber(url: str, count: int, ready: Any, out: Any) -> None:
+    connection = _client(url).connection_pool.get_connection()
+    connection.send_command("SUBSCRIBE", "bench:wake")
+    connection.read_response(push_request=True)
+    heard = []
+    for _ in range(count):
+        ready.send(None)
+        connection.read_response(push_request=True)
+        heard.append(time.perf_counter())
+    out.send(heard)
+
+
+def wake_up_floor(url: str, count: int = WAKE_UP_SAMPLES) -> float:
+    """Median µs from a PUBLISH call in one process to another process, blocked reading its
+    subscription, having the message: what any wake-up through Redis costs at the least."""
+    client = _client(url)
+    context = multiprocessing.get_context("fork")
+    ready_in, ready_out = context.Pipe(duplex=False)
+    heard_in, heard_out = context.Pipe(duplex=False)
+    process = context.Process(target=_subscriber, args=(url, count, ready_out, heard_out))
+    process.start()
+    sent = []
+    for _ in range(count):
+        ready_in.recv()
+        time.sleep(WAKE_UP_IDLE_SECONDS)
+        sent.append(time.perf_counter())
+        client.publish("bench:wake", "x")
+    heard = heard_in.recv()
+    process.join(60)
+    return statistics.median(got - at for at, got in zip(sent, heard, strict=True)) * 1e6
+
+
 def _quantile(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
@@ -422,6 +459,7 @@ def memory_per_lock(url: str) -> dict[str, int]:
 @dataclass
 class Results:
     ping: list[float] = field(default_factory=list)
+    wake_up: list[float] = field(default_factory=list)
     uncontended: dict[str, list[Uncontended]] = field(default_factory=dict)
     contended: dict[str, list[Contended]] = field(default_factory=dict)
     commands: dict[str, float] = field(default_factory=dict)
@@ -432,6 +470,7 @@ def run(options: argparse.Namespace, server: RedisServer) -> Results:
     for repeat in range(options.repeats):
         order = LIBRARIES[repeat % len(LIBRARIES) :] + LIBRARIES[: repeat % len(LIBRARIES)]
         results.ping.append(ping_seconds(server.url))
+        results.wake_up.append(wake_up_floor(server.url))
         _client(server.url).flushall()
         print(f"repeat {repeat + 1}: uncontended", file=sys.stderr, flush=True)
         for name, outcome in uncontended_all(order, server.url, options.cycles).items():
@@ -519,6 +558,15 @@ def tables(results: Results, view: tuple[float, float, float], memory: dict[str,
             f"     - {wmax / w50:.1f}x",
             f"     - {results.commands[library.name]:.2f}",
         ]
+    wake_up = _median(results.wake_up)
+    lines += [
+        "",
+        f"The wake-up floor: from a ``PUBLISH`` call in one process to another process, idle in "
+        f"a read of its subscription, having the message: {wake_up:,.0f} µs, "
+        f"{wake_up / (rtt * 1e6):.2f} round trips. A hand-over through Redis cannot be quicker; "
+        "django_redis_lock's release runs a script before it publishes, and the waiting "
+        "process then wakes the waiting thread.",
+    ]
     lines += [
         "",
         "The ``@locked`` view and Redis memory",

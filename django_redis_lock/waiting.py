@@ -88,18 +88,21 @@ class SyncTicket:
     """A thread's place among the listener's waiters."""
 
     def __init__(self) -> None:
-        self._event = threading.Event()
+        # A bare lock as the wake-up signal, held while nothing is pending: one futex wake on
+        # the way to the waiter, where an Event (a Condition) adds a lock hand-off or two.
+        self._signal = threading.Lock()
+        self._signal.acquire()
         self._inbox = _Inbox()
 
     def wake(self, message: Message) -> None:
         """Called by the listener thread: a grant, a nudge, or None to look again."""
         self._inbox.put(message)
-        self._event.set()
+        with contextlib.suppress(RuntimeError):  # released already: a wake-up is pending
+            self._signal.release()
 
     def wait(self, seconds: float) -> Message:
         """What woke the waiter within ``seconds``; None when nothing did, or to look again."""
-        self._event.wait(seconds)
-        self._event.clear()
+        self._signal.acquire(timeout=seconds)
         return self._inbox.take()
 
 
