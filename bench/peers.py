@@ -725,36 +725,53 @@ def main() -> None:
 NOTES = """Where the targets are missed, and why
 -------------------------------------
 
-*Uncontended, 1.10x of the raw floor.* The floor stores a random token; django_redis_lock
-stores what DESIGN.md asks every held lock to carry: the holder's secret, a fencing token from
-the server's clock, the owner, the label and the start time (a hash, ``TIME``, ``HSET`` and
-``PEXPIRE``). The "metadata floor" row is the raw floor plus exactly that and nothing else; the
-difference between it and django_redis_lock is what the library adds. An interleaved A/B run
-in one process (raw floor = 1.00) measured: metadata floor 1.12x; django_redis_lock's two
-scripts called directly 1.15x (checking for waiters, reading the last token, three keys and
-seven arguments); the whole library 1.24x without auto-renewal and 1.27x with it. So about
-three quarters of the excess is the metadata and the Python path around the scripts (the
-Lock object, the acquire plan, signals, the watchdog's bookkeeping), which profiling with
-stubbed Redis calls puts at 13 µs per cycle but which costs more between real round trips.
-What was fixed on the way: a fast path in the scripts for a lock nobody waits for (no queue
-helpers defined or run), no wake-up of the watchdog thread on every acquire, no per-acquire
-ticket for waiting. What is left to try: an acquire that skips the plan machinery when the
-lock is free, and fewer arguments per call.
+*Uncontended, 1.10x of the raw floor.* 1.15x in the published run (1.42x before the fixes
+below). The floor stores a random token; django_redis_lock stores what DESIGN.md asks every
+held lock to carry: the holder's secret, a fencing token from the server's clock, the owner,
+the label and the start time. The "metadata floor" row is the raw floor plus exactly that and
+nothing else. Where the rest goes, measured on this machine:
+
+- In Redis (``INFO commandstats``): the floor's ``SET`` and compare-and-delete script take
+  about 13 µs per cycle; django_redis_lock's two scripts about 36 µs (17 to 19 µs each: the
+  hash with its five fields, ``TIME``, the expiry, the check for waiters). Each ``redis.call``
+  from Lua costs about 2 µs here, whatever the command. This is most of the metadata floor's
+  excess too.
+- In Python (py-spy, and the same path with Redis calls stubbed out): redis-py's command path
+  (connection pool, sending, parsing) is about three quarters of the client's CPU per cycle,
+  for every library alike. django_redis_lock's own code (the Lock object, the acquire plan,
+  the watchdog's bookkeeping, signals) is 11 µs per cycle in a tight loop, 17 µs with
+  auto-renewal, and costs two to three times that between real round trips.
+- Fixed in this round: the watchdog thread was woken at every acquire (about 30 µs per cycle);
+  scripts are now sent with the client's ``execute_command`` instead of redis-py's ``Script``
+  object (an import and several layers per call); the scripts' fast paths run before any Lua
+  helper is defined; the tombstone setting and the process part of the owner are computed
+  once.
+- What would close the gap, and why it is not done: sending the two scripts on a pooled
+  connection directly (``send_command`` and ``read_response``, skipping ``execute_command``)
+  measured 0.98x to 1.01x of the raw floor in an interleaved A/B run. It would also skip the
+  client's retry policy, its reconnection handling and its observability hooks, which the
+  project configures for its cache and which the lock must honour; a lock that behaves
+  differently from its cache on a failover is not worth 30 µs.
 
 *Handoff gap, 1.5 round trips.* The gap counts from the holder calling ``release()`` to the
-waiting process's ``acquire()`` returning. Measured in its parts (2 processes): the release
-call itself takes 150 to 180 µs when it hands the lock over (Python sending the request, the
-script queueing the grant and publishing it); the waiting process's listener thread gets the
-grant about 40 µs after the releaser got its reply; waking the waiting thread and recording
-the hold takes about 60 µs more. A "round trip" here is a ``PING`` from Python, about 100 µs,
-most of it Python; on 2 cores shared by 4 Python processes and Redis, every thread wake-up
-waits for a core. What was fixed: the listener reads its own connection directly (redis-py's
-pub/sub helper added about 90 µs per message), and a waiter that becomes first in line is
-told the new lease in the same publish, with no request of its own. Left, and what would
-help: letting the waiting thread read the channel itself when it is the only waiter (one
-thread wake-up fewer), and ``hiredis`` (not installed here) for faster parsing. python-redis-lock,
-which the target was set against, measures about the same gap on this machine, and
-django_redis_lock's worst wait is the lowest of all.
+waiting process's ``acquire()`` returning. The wake-up floor above is what any hand-over
+through Redis costs at the least on this machine: a ``PUBLISH`` reaching another, idle process
+already takes 1.3 to 1.5 round trips, because waking a sleeping process (here a guest of a
+virtual machine, on 2 cores) costs as much as the network path. On top of it:
+django_redis_lock's release script, which hands the lock over, reads the queue, writes the new
+holder and publishes, takes about 40 µs in Redis under contention; the waiting process's
+listener thread then wakes the waiting thread; and with 4 processes and Redis on 2 cores, the
+releaser's next request and the new holder's wake-up compete for a core. python-redis-lock,
+which the target was set against, measures the same gap in this run (it wakes waiters with
+``BLPOP`` and then makes them race with one more request), and django_redis_lock's commands per
+acquisition and worst wait are lower. Fixed in this round: a hand-over no longer wakes the
+watchdog at once to lengthen the short hand-over lease (it does so at a third of that lease,
+like any renewal, so a short hold costs no request beyond acquire and release: 2.15 commands
+per acquisition in the published run, from 2.92), and waiters are woken through a bare
+lock instead of an Event.
+What is left: letting the waiting thread read the channel itself when it is its process's only
+waiter, which saves one thread wake-up, a few tens of µs here; it cannot bring the gap under
+the wake-up floor plus the release script.
 
 Reading the numbers
 -------------------

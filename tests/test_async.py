@@ -7,7 +7,7 @@ import asyncio
 import pytest
 import redis
 
-from django_redis_lock import LockBusy, LockError, LockNotOwned, get_lock_manager, lock
+from django_redis_lock import LockBusy, LockError, LockNotOwned, get_lock_manager, lock, signals
 
 
 def test_async_acquire_release_extend_and_state() -> None:
@@ -87,18 +87,30 @@ def test_async_owner_names_the_task() -> None:
 
 def test_async_waiters_are_served_by_release() -> None:
     async def main() -> list[bool]:
-        holder = lock("async-queue", auto_renew=False)
+        holder = lock("async-queue", auto_renew=False)  # a 30 s lease nobody renews
         await holder.aacquire()
         waiters = [lock("async-queue", blocking_timeout=10) for _ in range(5)]
+        queued = asyncio.Event()
+        busy: list[object] = []
+
+        def on_busy(**kwargs: object) -> None:  # sent on the loop, once a waiter is queued
+            busy.append(kwargs["lock"])
+            if len(busy) == len(waiters):
+                queued.set()
 
         async def take(waiting: object) -> bool:
             got = await waiting.aacquire()  # type: ignore[attr-defined]
             await waiting.arelease()  # type: ignore[attr-defined]
             return bool(got)
 
-        tasks = [asyncio.create_task(take(w)) for w in waiters]
-        await asyncio.sleep(0)
+        signals.lock_busy.connect(on_busy, weak=False)
+        try:
+            tasks = [asyncio.create_task(take(w)) for w in waiters]
+            await asyncio.wait_for(queued.wait(), 5)
+        finally:
+            signals.lock_busy.disconnect(on_busy)
         await holder.arelease()
+        # Within 10 s, long before the holder's lease ends: the release woke them, in turn.
         return await asyncio.wait_for(asyncio.gather(*tasks), 10)
 
     assert asyncio.run(main()) == [True] * 5
