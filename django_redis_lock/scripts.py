@@ -7,12 +7,17 @@ Every lock has three keys sharing one Redis Cluster hash tag (see ``backends.Loc
              is the lease. Once released only ``t`` stays, as a short-lived tombstone that
              keeps the fencing token increasing.
 ``queue``    a sorted set of waiting secrets, scored by arrival time (microseconds): FIFO order.
-``waiters``  a hash: waiting secret -> JSON ``{t: ttl ms, d: deadline ms, o, l, c: channel}``.
+``waiters``  a hash: waiting secret -> JSON ``{t: ttl ms, d: deadline ms, w: looks again at
+             ms, o, l, c: channel}`` (times by the server clock).
 
 Release hands the lock straight to the first live waiter and PUBLISHes the grant on that
 waiter's process channel as ``secret:token:acquired_at``, so the next holder needs no round
-trip of its own; the waiter that becomes first is sent ``secret:lease_ms``, to look again when
-the new lease ends (the first waiter is the one that watches for a holder that died).
+trip of its own. The first waiter is the one that watches for a holder that died: it looks
+again when the lease ends. The others look again every ``NEXT_WAITER_SLICE_MS``, shorter than
+the hand-over lease, so the waiter that becomes first after a hand-over looks at the new lease
+in time anyway; only when it would not (a lease shorter than that) is it sent
+``secret:lease_ms`` to look again when the lease ends. Sparing that message spares waking a
+third process at the moment the new holder's process needs the CPU.
 
 The hand-over lease is at most ``HANDOVER_LEASE_MS``: the new holder's watchdog lengthens it
 to the full TTL at a third of it, as it renews any lease (a short hold is released before that
@@ -28,12 +33,15 @@ from __future__ import annotations
 
 #: The lease of a lock handed to a waiter, until its process confirms the full TTL.
 HANDOVER_LEASE_MS = 5000
+#: The longest a waiter behind the first waits before it looks again (shorter than the above).
+NEXT_WAITER_SLICE_MS = 4000
 
 # Helpers of every script that may grant or free a lock. They come after a script's fast path
 # for a lock nobody waits for, which then skips defining them (each definition costs time on
 # every call); that path repeats the few lines of grant() or tombstone() it needs.
 _PRELUDE = (
     f"local HANDOVER_LEASE_MS = {HANDOVER_LEASE_MS}\n"
+    f"local NEXT_WAITER_SLICE_MS = {NEXT_WAITER_SLICE_MS}\n"
     + """
 local function now_us()
   local t = redis.call('TIME')
@@ -75,10 +83,10 @@ local function first_live(queue, waiters, now_ms)
 end
 
 -- Tell the first live waiter it is first now, and in how many ms the lease it waits on
--- ends: it looks again then (the holder may die), with no request in between.
+-- ends, unless it looks again before that anyway: it looks again then (the holder may die).
 local function nudge_first(queue, waiters, now_ms, lease_ms)
   local secret, entry = first_live(queue, waiters, now_ms)
-  if secret then
+  if secret and not (entry.w and lease_ms >= 0 and entry.w <= now_ms + lease_ms) then
     redis.call('PUBLISH', entry.c, secret .. ':' .. string.format('%d', math.max(lease_ms, 0)))
   end
 end
@@ -112,7 +120,8 @@ end
 # Returns {1, token, acquired_at_us} when acquired (also when handed over to this secret
 # earlier, then with the lease made at least ttl), else {0, ms left of the holder's lease,
 # ms to wait before trying again}: the first waiter tries again when the lease ends, in case
-# the holder died; the others need not, the release or the first waiter's grant comes first.
+# the holder died; the others after NEXT_WAITER_SLICE_MS at most (one of them may be first by
+# then), unless a release hands them the lock before.
 ACQUIRE = (
     """
 local lock, queue, waiters = KEYS[1], KEYS[2], KEYS[3]
@@ -160,12 +169,17 @@ if wait == 0 then
   end
   return {0, left, 0}
 end
-local head = first_live(queue, waiters, math.floor(now / 1000))
-if left >= 0 and wait > left and (not head or head == secret) then wait = left end
+local now_ms = math.floor(now / 1000)
+local head = first_live(queue, waiters, now_ms)
+if not head or head == secret then  -- first: look again when the lease ends
+  if left >= 0 and wait > left then wait = left end
+elseif wait > NEXT_WAITER_SLICE_MS then
+  wait = NEXT_WAITER_SLICE_MS
+end
 redis.call('ZADD', queue, 'NX', string.format('%d', now), secret)
 local keep = wait + tonumber(ARGV[7])
 redis.call('HSET', waiters, secret, cjson.encode({
-  t = ttl, d = math.floor(now / 1000) + keep, o = ARGV[3], l = ARGV[4], c = ARGV[6]}))
+  t = ttl, d = now_ms + keep, w = now_ms + wait, o = ARGV[3], l = ARGV[4], c = ARGV[6]}))
 if redis.call('PTTL', queue) < keep then
   redis.call('PEXPIRE', queue, keep)
   redis.call('PEXPIRE', waiters, keep)

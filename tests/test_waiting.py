@@ -253,15 +253,22 @@ def test_cancelled_async_waiter_leaves_the_queue(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize(
+    ("dead_timeout", "lease"),
+    [
+        (60, HANDOVER_LEASE_MS / 1000),  # the next waiter looks again in time by itself
+        (1, 1.0),  # a lease shorter than the next waiter's slice: it is told when it ends
+    ],
+)
 def test_waiter_killed_while_queued_delays_the_next_by_the_hand_over_lease_only(
-    redis_client: redis.Redis,
+    redis_client: redis.Redis, dead_timeout: float, lease: float
 ) -> None:
     holder = lock("dead-waiter", auto_renew=False)
     holder.acquire()
     pid = os.fork()
     if pid == 0:
         try:
-            lock("dead-waiter", timeout=60).acquire(blocking_timeout=30)
+            lock("dead-waiter", timeout=dead_timeout).acquire(blocking_timeout=30)
         finally:
             os._exit(0)
     wait_until(lambda: redis_client.zcard(holder._keys.queue) == 1)
@@ -275,7 +282,7 @@ def test_waiter_killed_while_queued_delays_the_next_by_the_hand_over_lease_only(
     thread.join(20)
     assert results
     assert results[0][0]
-    assert results[0][1] - released < HANDOVER_LEASE_MS / 1000 + 1.5  # not the dead one's 60 s
+    assert results[0][1] - released < lease + 1.5  # not the dead one's whole TTL
 
 
 @pytest.mark.slow
@@ -312,6 +319,25 @@ def test_a_short_hold_handed_over_costs_no_request_beyond_acquire_and_release(
     thread.join(5)
     waiter.release()
     assert commandstats(redis_client).get("evalsha") == 2  # the two releases, no lengthening
+
+
+def test_a_hand_over_wakes_only_the_new_holder(
+    redis_client: redis.Redis, busy_events: threading.Semaphore
+) -> None:
+    holder = lock("one-wake-up")
+    holder.acquire()
+    results: list[tuple[bool, float]] = []
+    threads = []
+    for _ in range(3):  # queued one after another
+        threads.append(_waiter("one-wake-up", results, blocking_timeout=10))
+        assert busy_events.acquire(timeout=5)
+    redis_client.config_resetstat()
+    holder.release()
+    for thread in threads:
+        thread.join(10)
+    assert [got for got, _ in results] == [True] * 3
+    # Three hand-overs, one message each: the waiters behind look again in time by themselves.
+    assert commandstats(redis_client).get("publish") == 3
 
 
 def test_only_the_first_waiter_looks_again_when_a_renewed_lease_ends(
