@@ -144,11 +144,10 @@ _Step = _Attempt | _AwaitGrant
 
 
 class _Acquired(NamedTuple):
-    """A hold just taken: its fencing token, start time, and whether a release handed it over
-    (then its lease is the short hand-over lease until this process lengthens it)."""
+    """A hold just taken: its fencing token, and whether a release handed it over (then its
+    lease is the short hand-over lease until this process lengthens it)."""
 
     token: int
-    acquired_at: int
     handed_over: bool
 
 
@@ -223,7 +222,7 @@ class Lock:
                     args = self._acquire_args(secret, owner, step.wait_ms, listener.channel)
                     queued = queued or bool(step.wait_ms)
                     result = self._call(self._backend.scripts.acquire, self._keys.as_list(), args)
-                    if step.wait_ms and ticket is None and not result[0]:  # queued
+                    if step.wait_ms and ticket is None and isinstance(result, list):  # queued
                         ticket = waiting.SyncTicket()
                         listener.register(secret, ticket)
                 else:
@@ -260,7 +259,7 @@ class Lock:
                     args = self._acquire_args(secret, owner, step.wait_ms, listener.channel)
                     queued = queued or bool(step.wait_ms)
                     result = await self._acall(scripts.acquire, self._keys.as_list(), args)
-                    if step.wait_ms and ticket is None and not result[0]:  # queued
+                    if step.wait_ms and ticket is None and isinstance(result, list):  # queued
                         ticket = waiting.AsyncTicket()
                         listener.register(secret, ticket)
                 else:
@@ -301,9 +300,10 @@ class Lock:
                 if left is not None:
                     wait_ms = min(wait_ms, math.ceil(left * 1000))
             result = yield _Attempt(wait_ms)
-            if result[0] == 1:
-                return _Acquired(int(result[1]), int(result[2]), handed_over=False)
-            self.busy_ttl = int(result[1]) / 1000 if int(result[1]) >= 0 else None
+            if not isinstance(result, list):  # the fencing token: acquired
+                return _Acquired(int(result), handed_over=False)
+            lease_left, script_wait = int(result[0]), int(result[1])
+            self.busy_ttl = lease_left / 1000 if lease_left >= 0 else None
             if not busy_signalled:
                 busy_signalled = True
                 self._send(signals.lock_busy, None)
@@ -311,13 +311,13 @@ class Lock:
                 return None
             # Wait for the grant until the script's wait ends (the lease, for the first
             # waiter); a nudge (this waiter is first now) moves that end without a request.
-            look_again = time.monotonic() + int(result[2]) / 1000 + 0.001
+            look_again = time.monotonic() + script_wait / 1000 + 0.001
             while True:
                 now = time.monotonic()
                 pause = look_again - now if deadline is None else min(look_again, deadline) - now
                 message = yield _AwaitGrant(max(0.0, pause))
                 if isinstance(message, waiting.Grant):
-                    return _Acquired(message.token, message.acquired_at, handed_over=True)
+                    return _Acquired(message.token, handed_over=True)
                 if not isinstance(message, waiting.Nudge):
                     break  # time is up, or told to look again
                 look_again = min(look_again, time.monotonic() + message.lease_ms / 1000 + 0.001)
@@ -326,7 +326,7 @@ class Lock:
         """Best effort after an interrupted wait: leave the queue, or release a grant."""
         args = self._acquire_args(secret, owner, 0, channel)
         try:
-            if self._backend.scripts.acquire(keys=self._keys.as_list(), args=args)[0] == 1:
+            if not isinstance(self._backend.scripts.acquire(self._keys.as_list(), args), list):
                 self._backend.scripts.release(
                     keys=self._keys.as_list(), args=[secret, tombstone_ms()]
                 )
@@ -338,7 +338,7 @@ class Lock:
         _, scripts = self._backend.async_client()
         args = self._acquire_args(secret, owner, 0, channel)
         try:
-            if (await scripts.acquire(keys=self._keys.as_list(), args=args))[0] == 1:
+            if not isinstance(await scripts.acquire(self._keys.as_list(), args), list):
                 await scripts.release(keys=self._keys.as_list(), args=[secret, tombstone_ms()])
         except redis.RedisError:
             logger.debug("Could not leave the queue of %r; its entry expires.", self.name)

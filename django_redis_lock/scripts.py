@@ -117,11 +117,11 @@ end
 # KEYS: lock, queue, waiters
 # ARGV: secret, ttl ms, owner, label, wait ms (0: do not queue, and leave the queue; n: queue,
 #       and wait at most n ms for a grant before trying again), channel, grace ms
-# Returns {1, token, acquired_at_us} when acquired (also when handed over to this secret
-# earlier, then with the lease made at least ttl), else {0, ms left of the holder's lease,
-# ms to wait before trying again}: the first waiter tries again when the lease ends, in case
-# the holder died; the others after NEXT_WAITER_SLICE_MS at most (one of them may be first by
-# then), unless a release hands them the lock before.
+# Returns the fencing token (an integer) when acquired (also when handed over to this secret
+# earlier, then with the lease made at least ttl; one integer parses quicker than an array),
+# else {ms left of the holder's lease, ms to wait before trying again}: the first waiter tries
+# again when the lease ends, in case the holder died; the others after NEXT_WAITER_SLICE_MS at
+# most (one of them may be first by then), unless a release hands them the lock before.
 ACQUIRE = (
     """
 local lock, queue, waiters = KEYS[1], KEYS[2], KEYS[3]
@@ -136,7 +136,7 @@ if not holder and redis.call('EXISTS', queue) == 0 then  -- free, and nobody wai
   redis.call('HSET', lock, 's', secret, 't', string.format('%d', token), 'o', ARGV[3],
              'l', ARGV[4], 'a', string.format('%d', now))
   redis.call('PEXPIRE', lock, ttl)
-  return {1, token, now}
+  return token
 end
 """
     + _PRELUDE
@@ -144,8 +144,7 @@ end
     + """
 if holder == secret then
   if redis.call('PTTL', lock) < ttl then redis.call('PEXPIRE', lock, ttl) end
-  local held = redis.call('HMGET', lock, 't', 'a')
-  return {1, tonumber(held[1]), tonumber(held[2])}
+  return tonumber(redis.call('HGET', lock, 't'))
 end
 local now = now_us()
 if not holder then
@@ -155,7 +154,7 @@ if not holder then
       redis.call('ZREM', queue, secret)
       redis.call('HDEL', waiters, secret)
     end
-    return {1, grant(lock, secret, ttl, ARGV[3], ARGV[4], now), now}
+    return grant(lock, secret, ttl, ARGV[3], ARGV[4], now)
   end
   -- A lease ran out with waiters queued: the first of them goes before this caller.
   hand_over(lock, queue, waiters, now)
@@ -167,7 +166,7 @@ if wait == 0 then
     redis.call('HDEL', waiters, secret)
     nudge_first(queue, waiters, math.floor(now / 1000), left)  -- it may have waited behind us
   end
-  return {0, left, 0}
+  return {left, 0}
 end
 local now_ms = math.floor(now / 1000)
 local head = first_live(queue, waiters, now_ms)
@@ -184,7 +183,7 @@ if redis.call('PTTL', queue) < keep then
   redis.call('PEXPIRE', queue, keep)
   redis.call('PEXPIRE', waiters, keep)
 end
-return {0, left, wait}
+return {left, wait}
 """
 )
 
