@@ -725,53 +725,59 @@ def main() -> None:
 NOTES = """Where the targets are missed, and why
 -------------------------------------
 
-*Uncontended, 1.10x of the raw floor.* 1.15x in the published run (1.42x before the fixes
-below). The floor stores a random token; django_redis_lock stores what DESIGN.md asks every
-held lock to carry: the holder's secret, a fencing token from the server's clock, the owner,
-the label and the start time. The "metadata floor" row is the raw floor plus exactly that and
-nothing else. Where the rest goes, measured on this machine:
+*Uncontended, 1.10x of the raw floor.* 1.14x in the published run (1.42x before the fixes
+below; about 1.12x with ``auto_renew=False``). The floor stores a random token;
+django_redis_lock stores what DESIGN.md asks every held lock to carry: the holder's secret, a
+fencing token from the server's clock, the owner, the label and the start time. The "metadata
+floor" row is the raw floor plus exactly that and nothing else. Where the rest goes, measured
+on this machine:
 
 - In Redis (``INFO commandstats``): the floor's ``SET`` and compare-and-delete script take
   about 13 µs per cycle; django_redis_lock's two scripts about 36 µs (17 to 19 µs each: the
   hash with its five fields, ``TIME``, the expiry, the check for waiters). Each ``redis.call``
-  from Lua costs about 2 µs here, whatever the command. This is most of the metadata floor's
-  excess too.
+  from Lua costs about 2 µs here, whatever the command. The metadata floor pays the same.
 - In Python (py-spy, and the same path with Redis calls stubbed out): redis-py's command path
   (connection pool, sending, parsing) is about three quarters of the client's CPU per cycle,
   for every library alike. django_redis_lock's own code (the Lock object, the acquire plan,
-  the watchdog's bookkeeping, signals) is 11 µs per cycle in a tight loop, 17 µs with
-  auto-renewal, and costs two to three times that between real round trips.
-- Fixed in this round: the watchdog thread was woken at every acquire (about 30 µs per cycle);
-  scripts are now sent with the client's ``execute_command`` instead of redis-py's ``Script``
-  object (an import and several layers per call); the scripts' fast paths run before any Lua
-  helper is defined; the tombstone setting and the process part of the owner are computed
-  once.
+  signals) is 11 µs per cycle in a tight loop, 17 µs with the watchdog's bookkeeping, and
+  costs two to three times that between real round trips, where the CPU's caches are cold.
+  Our two scripts called alone, without that code, measure 1.04x.
+- Fixed on the way: the watchdog thread was woken at every acquire (about 30 µs per cycle);
+  scripts are sent with the client's ``execute_command`` instead of redis-py's ``Script``
+  object (an import and several layers per call); a granted acquire is answered with one
+  integer instead of an array (about 8 µs less to parse); the scripts' fast paths run before
+  any Lua helper is defined; the tombstone setting and the process part of the owner are
+  computed once.
 - What would close the gap, and why it is not done: sending the two scripts on a pooled
   connection directly (``send_command`` and ``read_response``, skipping ``execute_command``)
   measured 0.98x to 1.01x of the raw floor in an interleaved A/B run. It would also skip the
   client's retry policy, its reconnection handling and its observability hooks, which the
   project configures for its cache and which the lock must honour; a lock that behaves
-  differently from its cache on a failover is not worth 30 µs.
+  differently from its cache on a failover is not worth those 30 µs.
 
-*Handoff gap, 1.5 round trips.* The gap counts from the holder calling ``release()`` to the
-waiting process's ``acquire()`` returning. The wake-up floor above is what any hand-over
-through Redis costs at the least on this machine: a ``PUBLISH`` reaching another, idle process
-already takes 1.3 to 1.5 round trips, because waking a sleeping process (here a guest of a
-virtual machine, on 2 cores) costs as much as the network path. On top of it:
-django_redis_lock's release script, which hands the lock over, reads the queue, writes the new
-holder and publishes, takes about 40 µs in Redis under contention; the waiting process's
-listener thread then wakes the waiting thread; and with 4 processes and Redis on 2 cores, the
-releaser's next request and the new holder's wake-up compete for a core. python-redis-lock,
-which the target was set against, measures the same gap in this run (it wakes waiters with
-``BLPOP`` and then makes them race with one more request), and django_redis_lock's commands per
-acquisition and worst wait are lower. Fixed in this round: a hand-over no longer wakes the
-watchdog at once to lengthen the short hand-over lease (it does so at a third of that lease,
-like any renewal, so a short hold costs no request beyond acquire and release: 2.15 commands
-per acquisition in the published run, from 2.92), and waiters are woken through a bare
-lock instead of an Event.
-What is left: letting the waiting thread read the channel itself when it is its process's only
-waiter, which saves one thread wake-up, a few tens of µs here; it cannot bring the gap under
-the wake-up floor plus the release script.
+*Handoff gap, 1.5 round trips.* 1.87 in the published run (2.67 before the fixes below;
+python-redis-lock, which the target was set against, measures 2.76 in the same run). The gap
+counts from the holder calling ``release()`` to the waiting process's ``acquire()`` returning.
+It cannot be 1.5 round trips on this machine, whatever the design:
+
+- The wake-up floor above (1.3 to 1.4 round trips) is what any hand-over through Redis costs
+  at the least: a ``PUBLISH`` reaching another, idle process. Waking a sleeping process here
+  (a guest of a virtual machine, on 2 cores) costs as much as the network path.
+- Redis delivers the grant only when the release script ends, and the script that hands the
+  lock over (it reads the queue, writes the new holder, publishes) takes 45 to 50 µs in Redis
+  here (``SLOWLOG`` with a threshold of 0), another 0.3 round trips. Floor plus script is
+  already 1.6 to 1.7.
+- What is left beyond that, about 0.2 round trips: the waiting process's listener thread
+  wakes the waiting thread (about 35 µs under this load), and the new hold is recorded.
+  Letting the waiting thread read the channel itself when it is its process's only waiter
+  would save that thread wake-up; it would not bring the gap under the floor plus the script.
+- Fixed on the way: a hand-over woke a third process (the waiter behind, told when the new
+  lease ends) at the moment the new holder's process needed a core; waiters behind the first
+  now look again every 4 s, within the hand-over lease, and are told only when a lease is
+  shorter than that (2.5 round trips to 2.0 in a 4-process run). A hand-over no longer makes
+  the new holder lengthen its short hand-over lease at once (it does so at a third of it, like
+  any renewal), so a short hold costs no request beyond acquire and release: 2.15 commands per
+  acquisition, from 2.92. Waiters are woken through a bare lock instead of an Event.
 
 Reading the numbers
 -------------------
