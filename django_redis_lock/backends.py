@@ -13,7 +13,7 @@ import hashlib
 import socket
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
@@ -79,10 +79,11 @@ class LockKeys:
     lock: str
     queue: str
     waiters: str
+    #: The keys in the order every script takes them.
+    all: tuple[str, str, str] = field(init=False, repr=False, compare=False)
 
-    def as_list(self) -> list[str]:
-        """The keys in the order every script takes them."""
-        return [self.lock, self.queue, self.waiters]
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "all", (self.lock, self.queue, self.waiters))
 
 
 class LockScript:

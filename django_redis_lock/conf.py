@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 
 #: Every key REDIS_LOCK understands, with its default.
 DEFAULTS: dict[str, Any] = {
@@ -19,16 +21,26 @@ DEFAULTS: dict[str, Any] = {
 
 
 class LockSettings:
-    """Access to ``settings.REDIS_LOCK``; nothing is cached, so override_settings works.
+    """Access to ``settings.REDIS_LOCK``, read again whenever a setting changes (the
+    ``setting_changed`` signal: override_settings, pytest-django's ``settings``).
 
     Values come back as configured: the lock validates them where they are used (with an
     error naming the setting), and the system checks report them at startup.
     """
 
+    def __init__(self) -> None:
+        self._configured: dict[str, Any] | None = None
+
+    def forget(self) -> None:
+        """Read ``settings.REDIS_LOCK`` again on next use."""
+        self._configured = None
+
     def _get(self, key: str) -> Any:
-        configured = getattr(settings, "REDIS_LOCK", None) or {}
-        if not isinstance(configured, dict):
-            return DEFAULTS[key]  # the system check reports the bad type
+        configured = self._configured
+        if configured is None:
+            found = getattr(settings, "REDIS_LOCK", None) or {}
+            # Not a dict: the defaults apply, and the system check reports the bad type.
+            configured = self._configured = found if isinstance(found, dict) else {}
         return configured.get(key, DEFAULTS[key])
 
     @property
@@ -68,3 +80,9 @@ class LockSettings:
 
 
 lock_settings = LockSettings()
+
+
+@receiver(setting_changed)
+def _forget_settings(*, setting: str, **kwargs: Any) -> None:
+    if setting == "REDIS_LOCK":
+        lock_settings.forget()

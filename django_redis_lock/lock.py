@@ -221,7 +221,7 @@ class Lock:
                 if isinstance(step, _Attempt):
                     args = self._acquire_args(secret, owner, step.wait_ms, listener.channel)
                     queued = queued or bool(step.wait_ms)
-                    result = self._call(self._backend.scripts.acquire, self._keys.as_list(), args)
+                    result = self._call(self._backend.scripts.acquire, self._keys.all, args)
                     if step.wait_ms and ticket is None and isinstance(result, list):  # queued
                         ticket = waiting.SyncTicket()
                         listener.register(secret, ticket)
@@ -258,7 +258,7 @@ class Lock:
                 if isinstance(step, _Attempt):
                     args = self._acquire_args(secret, owner, step.wait_ms, listener.channel)
                     queued = queued or bool(step.wait_ms)
-                    result = await self._acall(scripts.acquire, self._keys.as_list(), args)
+                    result = await self._acall(scripts.acquire, self._keys.all, args)
                     if step.wait_ms and ticket is None and isinstance(result, list):  # queued
                         ticket = waiting.AsyncTicket()
                         listener.register(secret, ticket)
@@ -326,10 +326,8 @@ class Lock:
         """Best effort after an interrupted wait: leave the queue, or release a grant."""
         args = self._acquire_args(secret, owner, 0, channel)
         try:
-            if not isinstance(self._backend.scripts.acquire(self._keys.as_list(), args), list):
-                self._backend.scripts.release(
-                    keys=self._keys.as_list(), args=[secret, tombstone_ms()]
-                )
+            if not isinstance(self._backend.scripts.acquire(self._keys.all, args), list):
+                self._backend.scripts.release(keys=self._keys.all, args=[secret, tombstone_ms()])
         except redis.RedisError:
             logger.debug("Could not leave the queue of %r; its entry expires.", self.name)
 
@@ -338,8 +336,8 @@ class Lock:
         _, scripts = self._backend.async_client()
         args = self._acquire_args(secret, owner, 0, channel)
         try:
-            if not isinstance(await scripts.acquire(self._keys.as_list(), args), list):
-                await scripts.release(keys=self._keys.as_list(), args=[secret, tombstone_ms()])
+            if not isinstance(await scripts.acquire(self._keys.all, args), list):
+                await scripts.release(keys=self._keys.all, args=[secret, tombstone_ms()])
         except redis.RedisError:
             logger.debug("Could not leave the queue of %r; its entry expires.", self.name)
 
@@ -398,7 +396,7 @@ class Lock:
         if secret is None:
             return
         args = [secret, tombstone_ms()]
-        self._release_end(self._call(self._backend.scripts.release, self._keys.as_list(), args))
+        self._release_end(self._call(self._backend.scripts.release, self._keys.all, args))
 
     async def arelease(self) -> None:
         """:meth:`release` for async code."""
@@ -407,7 +405,7 @@ class Lock:
             return
         _, scripts = self._backend.async_client()
         args = [secret, tombstone_ms()]
-        self._release_end(await self._acall(scripts.release, self._keys.as_list(), args))
+        self._release_end(await self._acall(scripts.release, self._keys.all, args))
 
     def _release_begin(self) -> str | None:
         """The secret to release with, or None when an inner reentrant hold just ended."""
@@ -554,6 +552,8 @@ class Lock:
         self._send(signals.lock_lost, token)
 
     def _send(self, signal: Signal, token: int | None) -> None:
+        if not signal.receivers:  # the common case, on the hot path: nothing to build
+            return
         # A failing receiver must not leave a lock held or stop the watchdog: log, go on.
         responses = signal.send_robust(sender=Lock, lock=self, name=self.name, fencing_token=token)
         for receiver, response in responses:

@@ -198,7 +198,7 @@ class LockManager:
         With ``fencing_token``, only that hold is released: a lock taken over meanwhile by
         someone else is left alone (an operator confirmed the release of the other hold).
         """
-        keys = self._backend.keys_for(validate_name(name)).as_list()
+        keys = self._backend.keys_for(validate_name(name)).all
         args = [tombstone_ms(), "" if fencing_token is None else int(fencing_token)]
         try:
             held = self._backend.scripts.force_release(keys=keys, args=args)
@@ -230,7 +230,7 @@ class LockManager:
                 for i, key in enumerate(keys):
                     secret, acquired_at = values[6 * i], values[6 * i + 4]
                     if secret and str(acquired_at).isdigit() and int(acquired_at) < started:
-                        lock_keys = backend.keys_for(backend.name_from_key(key)).as_list()
+                        lock_keys = backend.keys_for(backend.name_from_key(key)).all
                         args = [secret, tombstone_ms()]
                         backend.scripts.release(keys=lock_keys, args=args, client=write)
                 results = write.execute()

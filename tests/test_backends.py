@@ -31,7 +31,7 @@ def test_keys_use_the_cache_key_function_and_share_a_hash_tag() -> None:
         keys = get_backend().keys_for(name)
         assert keys.lock.startswith("testproject:1:lock:{")
         assert keys.lock.endswith(f":l:{name}")
-        assert len({_hash_tag(key) for key in keys.as_list()}) == 1
+        assert len({_hash_tag(key) for key in keys.all}) == 1
         assert re.fullmatch(r"[0-9a-f]{12}", _hash_tag(keys.lock))
 
 
@@ -39,7 +39,7 @@ def test_a_prefix_with_a_brace_still_gives_one_slot(redis_url: str) -> None:
     caches = build_caches(redis_url)
     caches["default"]["KEY_PREFIX"] = "app{v2"
     with override_settings(CACHES=caches):
-        keys = get_backend().keys_for("job").as_list()
+        keys = get_backend().keys_for("job").all
         assert len({_hash_tag(key) for key in keys}) == 1
         with lock("job"):
             assert get_lock_manager().get("job") is not None
