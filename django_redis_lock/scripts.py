@@ -128,7 +128,10 @@ local lock, queue, waiters = KEYS[1], KEYS[2], KEYS[3]
 local secret, ttl = ARGV[1], tonumber(ARGV[2])
 local held = redis.call('HMGET', lock, 's', 't')
 local holder = held[1]
-if not holder and redis.call('EXISTS', queue) == 0 then  -- free, and nobody waits
+-- Free, and nobody waits. A tombstone (a token, no secret) says so itself: a release leaves
+-- one only when nobody waits, and nobody queues for a free lock. Without one (the lease ran
+-- out, or the lock is new) the queue may hold waiters that go first.
+if not holder and (held[2] or redis.call('EXISTS', queue) == 0) then
   -- grant() inline: this path runs before any helper is defined, which costs time per call.
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000000 + tonumber(t[2])

@@ -253,6 +253,29 @@ def test_cancelled_async_waiter_leaves_the_queue(
 
 
 @pytest.mark.slow
+def test_a_newcomer_does_not_jump_the_queue_when_a_lease_runs_out(
+    redis_client: redis.Redis,
+) -> None:
+    holder = lock("queue-jump", timeout=0.5, auto_renew=False)  # never released: it dies
+    holder.acquire()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            lock("queue-jump", timeout=60).acquire(blocking_timeout=30)
+        finally:
+            os._exit(0)
+    wait_until(lambda: redis_client.zcard(holder._keys.queue) == 1)
+    os.kill(pid, signal.SIGKILL)  # queued for seconds yet, but it will not look again
+    os.waitpid(pid, 0)
+    wait_until(lambda: not redis_client.exists(holder._keys.lock), timeout=2)  # lease over
+    newcomer = lock("queue-jump")
+    assert not newcomer.acquire(blocking=False)  # the lock went to the waiter queued first
+    owner = redis_client.hget(holder._keys.lock, "o")
+    assert owner is not None
+    assert f"pid {pid} " in owner.decode()
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("dead_timeout", "lease"),
     [
