@@ -5,10 +5,15 @@ longer ``extend()``). A renewal that finds the lock gone marks the hold lost, se
 ``lock_lost`` and logs a warning. The watchdog keeps only a weak reference to each Lock, so
 a Lock object dropped without release stops being renewed and expires on its own. After
 ``fork`` the child starts with an empty watchdog: it never renews its parent's locks.
+
+The thread starts with the first auto-renewed hold and then looks at its holds at least once
+a second (a few microseconds each time), so that the common hold, first due seconds later, is
+registered and released without a lock or a wake-up call on the acquiring thread.
 """
 
 from __future__ import annotations
 
+import collections
 import heapq
 import itertools
 import logging
@@ -44,7 +49,18 @@ class Renewable(Protocol):
 class Hold:
     """One acquisition under the watchdog's care."""
 
-    __slots__ = ("backend", "first", "keys", "lease_end", "lock", "repeat", "secret", "ttl_ms")
+    __slots__ = (
+        "backend",
+        "due",
+        "first",
+        "keys",
+        "lease_end",
+        "lock",
+        "repeat",
+        "secret",
+        "ttl_ms",
+        "watched",
+    )
 
     def __init__(
         self,
@@ -63,11 +79,15 @@ class Hold:
         self.secret = secret
         self.ttl_ms = ttl_ms
         self.repeat = repeat  # False: lengthen a hand-over lease once, then leave it alone
+        now = time.monotonic()
         # When the lease surely ends, by this process's clock, as of the last renewal sent.
-        self.lease_end = time.monotonic() + lease_ms / 1000
+        self.lease_end = now + lease_ms / 1000
         # Seconds to the first renewal: a third of the lease the hold starts with, which is
         # shorter than the TTL for a hand-over.
         self.first = lease_ms / 1000 * RENEW_FRACTION
+        self.due = now + self.first
+        # False once released (or lost, or confirmed for good): the watchdog drops it.
+        self.watched = True
 
     @property
     def interval(self) -> float:
@@ -79,84 +99,96 @@ class Hold:
         self.lease_end = max(self.lease_end, sent + left_ms / 1000)
 
 
+# Once started, the thread looks at least this often, so that a hold due later than that is
+# handed to it with a bare append: no lock, no wake-up call, on the path of every acquire.
+_TICK_SECONDS = 1.0
+# Released holds left in the heap before the thread drops them all at once.
+_MAX_STALE = 1024
+
+
 class Watchdog:
     """Renews every registered hold from a single daemon thread."""
 
     def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._active: set[Hold] = set()
+        self._cond = threading.Condition(threading.Lock())
         self._due: list[tuple[float, int, Hold]] = []
+        # Holds due a tick or more from now, added without the lock; the thread takes them.
+        self._incoming: collections.deque[Hold] = collections.deque()
         self._order = itertools.count()
         self._thread: threading.Thread | None = None
-        # When the thread wakes next on its own; a hold due later needs no wake-up call.
+        # True while the thread runs its loop: it then looks at least every tick.
+        self._ticking = False
+        # When the thread wakes next on its own; a hold due earlier needs a wake-up call.
         self._wakes_at = float("inf")
-        # When the last released hold it dropped would have been due. With nothing left to
-        # renew, the thread sleeps until then rather than for good, so that the next hold, due
-        # about as late, needs no wake-up call: a lock taken and released in a loop wakes it
-        # rarely.
-        self._quiet_until = float("-inf")
 
     def add(self, hold: Hold) -> None:
         """Start renewing ``hold``, first at a third of the lease it starts with."""
+        if self._ticking and hold.first >= _TICK_SECONDS:
+            self._incoming.append(hold)  # atomic; the thread looks before the hold is due
+            return
         with self._cond:
-            self._active.add(hold)
-            self._schedule(hold, time.monotonic() + hold.first)
-            if self._thread is None or not self._thread.is_alive():
+            self._schedule(hold, hold.due)
+            if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name="django_redis_lock-watchdog", daemon=True
                 )
                 self._thread.start()
 
     def remove(self, hold: Hold) -> None:
-        """Stop renewing ``hold``: no renewal is sent for it after this returns."""
-        with self._cond:
-            self._active.discard(hold)
-
-    def renewing(self, hold: Hold) -> bool:
-        """Whether ``hold`` is still being renewed."""
-        with self._cond:
-            return hold in self._active
+        """Stop renewing ``hold``: no renewal starts for it after this returns."""
+        hold.watched = False  # the thread drops it when it comes across it
 
     def _schedule(self, hold: Hold, when: float) -> None:
-        if len(self._due) > 2 * len(self._active) + 64:  # released holds pile up: drop them
-            self._due = [entry for entry in self._due if entry[2] in self._active]
-            heapq.heapify(self._due)
         heapq.heappush(self._due, (when, next(self._order), hold))
         if when < self._wakes_at:
             self._cond.notify()
+
+    def _take_incoming(self) -> None:
+        """Move holds added without the lock into the heap (called with the lock held)."""
+        while self._incoming:
+            hold = self._incoming.popleft()
+            if hold.watched:
+                heapq.heappush(self._due, (hold.due, next(self._order), hold))
+        if len(self._due) > _MAX_STALE:
+            self._due = [entry for entry in self._due if entry[2].watched]
+            heapq.heapify(self._due)
 
     def _next_batch(self) -> list[Hold]:
         """Wait until some holds are due and return them."""
         with self._cond:
             while True:
-                while self._due and self._due[0][2] not in self._active:
-                    self._quiet_until = heapq.heappop(self._due)[0]
+                self._take_incoming()
+                while self._due and not self._due[0][2].watched:
+                    heapq.heappop(self._due)
                 now = time.monotonic()
-                if self._due:
-                    wake = self._due[0][0]
-                else:
-                    wake = self._quiet_until if self._quiet_until > now else float("inf")
-                if wake > now:
+                due = self._due[0][0] if self._due else float("inf")
+                if due > now:
+                    wake = min(due, now + _TICK_SECONDS)
                     self._wakes_at = wake
-                    self._cond.wait(None if wake == float("inf") else wake - now)
+                    self._cond.wait(wake - now)
                     continue
                 self._wakes_at = float("-inf")  # busy renewing: it looks at the heap again
                 batch = []
-                now = time.monotonic()
                 while self._due and self._due[0][0] <= now:
                     hold = heapq.heappop(self._due)[2]
-                    if hold in self._active:
+                    if hold.watched:
                         batch.append(hold)
                 return batch
 
     def _run(self) -> None:
-        while True:
-            for hold in self._next_batch():
-                try:
-                    self._renew(hold)
-                except Exception:  # a bug must not end renewals for every lock
-                    logger.exception("The lock watchdog failed to renew a lock.")
-                    self.remove(hold)
+        self._ticking = True
+        try:
+            while True:
+                for hold in self._next_batch():
+                    try:
+                        self._renew(hold)
+                    except Exception:  # a bug must not end renewals for every lock
+                        logger.exception("The lock watchdog failed to renew a lock.")
+                        self.remove(hold)
+        finally:  # only a bug ends the loop: the next add starts a new thread
+            self._ticking = False
+            with self._cond:
+                self._thread = None
 
     def _renew(self, hold: Hold) -> None:
         if hold.lock() is None:  # the Lock object is gone: let its lease run out
@@ -175,11 +207,11 @@ class Watchdog:
             return
         with self._cond:
             hold.renewed(sent, left)
-            if hold in self._active:
+            if hold.watched:
                 if hold.repeat:
                     self._schedule(hold, sent + hold.interval)
                 else:
-                    self._active.discard(hold)
+                    hold.watched = False
 
     def _retry(self, hold: Hold, exc: Exception) -> None:
         lock = hold.lock()
@@ -191,16 +223,16 @@ class Watchdog:
             return
         logger.warning("Could not renew lock %r (%s); retrying before its lease ends.", name, exc)
         with self._cond:
-            if hold in self._active:
+            if hold.watched:
                 delay = min(hold.interval, max(_MIN_RETRY_SECONDS, (hold.lease_end - now) / 2))
                 self._schedule(hold, now + delay)
 
     def _lose(self, hold: Hold) -> None:
         lock = hold.lock()
         with self._cond:
-            if hold not in self._active:  # released meanwhile: not a loss
+            if not hold.watched:  # released meanwhile: not a loss
                 return
-            self._active.discard(hold)
+            hold.watched = False
             notify = lock._mark_lost() if lock is not None else None
         if notify is not None:
             notify()

@@ -123,6 +123,20 @@ def test_a_lock_taken_and_released_in_a_loop_rarely_wakes_the_watchdog(
     assert len(wake_ups) <= 1
 
 
+@pytest.mark.slow
+def test_a_hold_registered_without_the_lock_is_renewed_in_time() -> None:
+    with lock("starts-the-thread"):
+        pass
+    dog = watchdog()
+    wait_until(lambda: dog._ticking, timeout=2)
+    held = lock("registered-lock-free", timeout=3)  # first renewal after 1 s: a tick or more
+    assert held.acquire()
+    assert held._hold in dog._incoming  # handed over with a bare append
+    time.sleep(3.5)  # longer than the lease: only renewals keep it
+    assert held.owned()
+    held.release()
+
+
 def test_a_short_lease_after_long_ones_is_renewed_in_time() -> None:
     for _ in range(50):  # the idle watchdog now sleeps until these would have been due
         with lock("long-lease", timeout=30):
