@@ -102,8 +102,8 @@ class Hold:
 # Once started, the thread looks at least this often, so that a hold due later than that is
 # handed to it with a bare append: no lock, no wake-up call, on the path of every acquire.
 _TICK_SECONDS = 1.0
-# Released holds left in the heap before the thread drops them all at once.
-_MAX_STALE = 1024
+# The heap's size at which the thread first drops released holds from it all at once.
+_COMPACT_AT = 1024
 
 
 class Watchdog:
@@ -115,6 +115,7 @@ class Watchdog:
         # Holds due a tick or more from now, added without the lock; the thread takes them.
         self._incoming: collections.deque[Hold] = collections.deque()
         self._order = itertools.count()
+        self._compact_at = _COMPACT_AT
         self._thread: threading.Thread | None = None
         # True while the thread runs its loop: it then looks at least every tick.
         self._ticking = False
@@ -149,9 +150,10 @@ class Watchdog:
             hold = self._incoming.popleft()
             if hold.watched:
                 heapq.heappush(self._due, (hold.due, next(self._order), hold))
-        if len(self._due) > _MAX_STALE:
+        if len(self._due) > self._compact_at:  # mostly released holds, as a rule
             self._due = [entry for entry in self._due if entry[2].watched]
             heapq.heapify(self._due)
+            self._compact_at = max(_COMPACT_AT, 2 * len(self._due))
 
     def _next_batch(self) -> list[Hold]:
         """Wait until some holds are due and return them."""
