@@ -85,7 +85,7 @@ class Hold:
         # Seconds to the first renewal: a third of the lease the hold starts with, which is
         # shorter than the TTL for a hand-over.
         self.first = lease_ms / 1000 * RENEW_FRACTION
-        self.due = now + self.first
+        self.due = now + self.first  # when the first renewal is due
         # False once released (or lost, or confirmed for good): the watchdog drops it.
         self.watched = True
 
