@@ -761,7 +761,7 @@ on this machine:
 *Handoff gap, 1.5 round trips.* 1.82 in the published run (2.67 before the fixes below;
 python-redis-lock, which the target was set against, measures 2.48 in the same run). The gap
 counts from the holder calling ``release()`` to the waiting process's ``acquire()`` returning.
-It cannot be 1.5 round trips on this machine, whatever the design:
+It cannot reach 1.5 round trips on this machine with a hand-over made atomically in Redis:
 
 - The wake-up floor above (1.3 to 1.4 round trips) is what any hand-over through Redis costs
   at the least: a ``PUBLISH`` reaching another, idle process. Waking a sleeping process here
@@ -769,7 +769,8 @@ It cannot be 1.5 round trips on this machine, whatever the design:
 - Redis delivers the grant only when the release script ends, and the script that hands the
   lock over (it reads the queue, writes the new holder, publishes) takes 45 to 50 µs in Redis
   here (``SLOWLOG`` with a threshold of 0), another 0.3 round trips. Floor plus script is
-  already 1.6 to 1.7.
+  already 1.6 to 1.7; a script twice as fast would still leave nothing of the 1.5 for the
+  waiting process to wake up in.
 - What is left beyond that, about 0.2 round trips: the waiting process's listener thread
   wakes the waiting thread (about 35 µs under this load), and the new hold is recorded.
   Letting the waiting thread read the channel itself when it is its process's only waiter
