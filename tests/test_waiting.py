@@ -309,6 +309,7 @@ def test_waiter_killed_while_queued_delays_the_next_by_the_hand_over_lease_only(
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("listening")
 def test_a_handed_over_lock_gets_its_full_lease_before_the_hand_over_lease_ends(
     busy_events: threading.Semaphore,
 ) -> None:
@@ -328,9 +329,12 @@ def test_a_handed_over_lock_gets_its_full_lease_before_the_hand_over_lease_ends(
         holder = waiter
 
 
+@pytest.mark.usefixtures("listening")
 def test_a_short_hold_handed_over_costs_no_request_beyond_acquire_and_release(
     redis_client: redis.Redis, busy_events: threading.Semaphore
 ) -> None:
+    with lock("warm-up"):  # loads the scripts, once per server
+        pass
     holder = lock("short-hold")
     holder.acquire()
     waiter = lock("short-hold", blocking_timeout=10)
@@ -344,6 +348,7 @@ def test_a_short_hold_handed_over_costs_no_request_beyond_acquire_and_release(
     assert commandstats(redis_client).get("evalsha") == 2  # the two releases, no lengthening
 
 
+@pytest.mark.usefixtures("listening")
 def test_a_hand_over_wakes_only_the_new_holder(
     redis_client: redis.Redis, busy_events: threading.Semaphore
 ) -> None:
