@@ -2,10 +2,11 @@
 
 from django_redis_lock.decorators import locked
 from django_redis_lock.exceptions import LockBusy, LockError, LockNotOwned, LockUnavailable
-from django_redis_lock.lock import MAX_NAME_LENGTH, MAX_TIMEOUT, Lock
+from django_redis_lock.lock import MAX_LABEL_LENGTH, MAX_NAME_LENGTH, MAX_TIMEOUT, Lock
 from django_redis_lock.manager import LockInfo, LockManager, get_lock_manager, lock
 
 __all__ = [
+    "MAX_LABEL_LENGTH",
     "MAX_NAME_LENGTH",
     "MAX_TIMEOUT",
     "Lock",

@@ -35,6 +35,10 @@ logger = logging.getLogger("django_redis_lock")
 MAX_NAME_LENGTH = 1024
 #: The longest lease, extension or tombstone accepted, in seconds (a year).
 MAX_TIMEOUT = 365 * 24 * 3600
+#: The longest label accepted, in characters (labels are shown to operators).
+MAX_LABEL_LENGTH = 256
+#: The owner text stored with a hold is cut to this many characters (long thread names).
+MAX_OWNER_LENGTH = 256
 
 # How long a queued waiter's place outlives the slice it waits for, to cover its wake-up.
 _QUEUE_GRACE_MS = 2000
@@ -57,6 +61,28 @@ def validate_name(name: object) -> str:
     except UnicodeEncodeError as exc:
         raise ValueError(f"A lock name must be valid Unicode text: {exc}") from None
     return name
+
+
+def validate_label(label: object) -> str | None:
+    """``label`` if it is a usable label (None or a str of at most MAX_LABEL_LENGTH)."""
+    if label is None:
+        return None
+    if not isinstance(label, str):
+        raise TypeError(f"label must be a str or None, not {type(label).__name__}.")
+    if len(label) > MAX_LABEL_LENGTH:
+        raise ValueError(
+            f"A lock label is at most {MAX_LABEL_LENGTH} characters; this one has {len(label)}."
+        )
+    try:
+        label.encode()
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"A lock label must be valid Unicode text: {exc}") from None
+    return label
+
+
+def shorten(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` characters, ending with an ellipsis when cut."""
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
 
 
 def seconds_to_ms(value: object, what: str) -> int:
@@ -114,13 +140,13 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _thread_owner() -> str:
-    return f"{_process} thread {threading.current_thread().name}"
+    return shorten(f"{_process} thread {threading.current_thread().name}", MAX_OWNER_LENGTH)
 
 
 def _task_owner() -> str:
     task = asyncio.current_task()
     where = f"task {task.get_name()}" if task is not None else "event loop"
-    return f"{_process} {where}"
+    return shorten(f"{_process} {where}", MAX_OWNER_LENGTH)
 
 
 def _new_secret() -> str:
@@ -179,9 +205,7 @@ class Lock:
             else _flag(auto_renew, "auto_renew")
         )
         self._reentrant = _flag(reentrant, "reentrant")
-        if label is not None and not isinstance(label, str):
-            raise TypeError(f"label must be a str or None, not {type(label).__name__}.")
-        self.label = label
+        self.label = validate_label(label)
         self._backend = backend
         self._keys = backend.keys_for(self.name)
         self._secret: str | None = None

@@ -51,7 +51,9 @@ end
 -- ``last``: the lock's last token if read already (false: none), nil to read it here.
 local function grant(lock, secret, ttl, owner, label, now, last)
   if last == nil then last = redis.call('HGET', lock, 't') end
-  local token = math.max(tonumber(last or '0') + 1, now)
+  last = tonumber(last or '') or 0  -- a token someone else wrote may be any text
+  if last >= 9e15 then last = 0 end
+  local token = math.max(last + 1, now)
   redis.call('HSET', lock, 's', secret, 't', string.format('%d', token), 'o', owner,
              'l', label, 'a', string.format('%d', now))
   redis.call('PEXPIRE', lock, ttl)
@@ -135,7 +137,9 @@ if not holder and (held[2] or redis.call('EXISTS', queue) == 0) then
   -- grant() inline: this path runs before any helper is defined, which costs time per call.
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  local token = math.max(tonumber(held[2] or '0') + 1, now)
+  local last = tonumber(held[2] or '') or 0  -- as in grant(): any text, or absurdly large
+  if last >= 9e15 then last = 0 end
+  local token = math.max(last + 1, now)
   redis.call('HSET', lock, 's', secret, 't', string.format('%d', token), 'o', ARGV[3],
              'l', ARGV[4], 'a', string.format('%d', now))
   redis.call('PEXPIRE', lock, ttl)
@@ -213,13 +217,18 @@ return free(KEYS[1], KEYS[2], KEYS[3], now_us(), ARGV[2])
 # KEYS: lock, queue, waiters
 # ARGV: tombstone ms, fencing token of the hold to release ('': whichever holds it)
 # Returns what was released: {token, owner, label, acquired-at, 1 or 2 as RELEASE}; or an
-# empty array when nobody holds the lock, or another hold than the token's does.
+# empty array when nobody holds the lock, or another hold than the token's does. Tokens are
+# compared as numbers: a token written by someone else as '0005' is the hold listed as 5.
 FORCE_RELEASE = (
     _PRELUDE
     + _QUEUE_PRELUDE
     + """
 local held = redis.call('HMGET', KEYS[1], 's', 't', 'o', 'l', 'a')
-if not held[1] or (ARGV[2] ~= '' and held[2] ~= ARGV[2]) then return {} end
+if not held[1] then return {} end
+if ARGV[2] ~= '' then
+  local token = tonumber(held[2] or '')
+  if not token or token ~= tonumber(ARGV[2]) then return {} end
+end
 local how = free(KEYS[1], KEYS[2], KEYS[3], now_us(), ARGV[1])
 return {held[2], held[3], held[4], held[5], how}
 """
