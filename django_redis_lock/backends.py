@@ -136,6 +136,7 @@ class SyncScripts:
 
     acquire: LockScript
     release: LockScript
+    leave: LockScript
     force_release: LockScript
     extend: LockScript
     read: LockScript
@@ -147,6 +148,7 @@ class AsyncScripts:
 
     acquire: AsyncLockScript
     release: AsyncLockScript
+    leave: AsyncLockScript
     extend: AsyncLockScript
 
 
@@ -221,6 +223,7 @@ class LockBackend:
         self.scripts = SyncScripts(
             acquire=LockScript(self.client, scripts.ACQUIRE),
             release=LockScript(self.client, scripts.RELEASE),
+            leave=LockScript(self.client, scripts.LEAVE),
             force_release=LockScript(self.client, scripts.FORCE_RELEASE),
             extend=LockScript(self.client, scripts.EXTEND),
             read=LockScript(self.client, scripts.READ),
@@ -298,6 +301,7 @@ class LockBackend:
                     AsyncScripts(
                         acquire=AsyncLockScript(client, scripts.ACQUIRE),
                         release=AsyncLockScript(client, scripts.RELEASE),
+                        leave=AsyncLockScript(client, scripts.LEAVE),
                         extend=AsyncLockScript(client, scripts.EXTEND),
                     ),
                 )

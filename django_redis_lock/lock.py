@@ -27,7 +27,7 @@ from django_redis_lock.backends import LockBackend
 from django_redis_lock.conf import lock_settings
 from django_redis_lock.exceptions import LockBusy, LockError, LockNotOwned, LockUnavailable
 from django_redis_lock.scripts import HANDOVER_LEASE_MS
-from django_redis_lock.watchdog import Hold, watchdog
+from django_redis_lock.watchdog import Hold, Leave, watchdog
 
 logger = logging.getLogger("django_redis_lock")
 
@@ -122,6 +122,15 @@ def validate_blocking_timeout(value: object) -> float | None:
     return float(value)
 
 
+def _refuse_contradiction(wait: bool, limit: float | None) -> None:
+    """A ValueError for ``blocking=False`` with a ``blocking_timeout`` that asks to wait."""
+    if not wait and limit:
+        raise ValueError(
+            f"blocking=False with blocking_timeout={limit!r}: a lock that does not wait has no "
+            "wait to limit. Pass blocking_timeout alone to wait that long, or blocking=False alone."
+        )
+
+
 def _flag(value: object, what: str) -> bool:
     if not isinstance(value, bool):
         raise TypeError(f"{what} must be True or False, not {value!r}.")
@@ -199,6 +208,7 @@ class Lock:
         )
         self._blocking = _flag(blocking, "blocking")
         self._blocking_timeout = validate_blocking_timeout(blocking_timeout)
+        _refuse_contradiction(self._blocking, self._blocking_timeout)
         self._auto_renew = (
             _flag(lock_settings.AUTO_RENEW, "REDIS_LOCK['AUTO_RENEW']")
             if auto_renew is None
@@ -231,20 +241,28 @@ class Lock:
 
     def acquire(self, blocking: bool | None = None, blocking_timeout: float | None = None) -> bool:
         """Take the lock; wait for it unless ``blocking`` is False; True when taken."""
+        wait, limit = self._wait_options(blocking, blocking_timeout)
+        if wait and limit != 0 and asyncio._get_running_loop() is not None:
+            raise RuntimeError(
+                f"Lock.acquire() of {self.name!r} would block the running event loop while it "
+                "waits: use `await lock.aacquire()` (or `async with`), or acquire(blocking=False)."
+            )
         if self._holding():
-            return self._reenter()
+            args = self._confirm_args()
+            if self._confirmed(self._call(self._backend.scripts.extend, [self._keys.lock], args)):
+                return self._reenter()
         secret, owner = _new_secret(), _thread_owner()
         listener = waiting.listener_for(self._backend)
-        plan = self._plan(blocking, blocking_timeout)
+        plan = self._plan(wait, limit)
         ticket: waiting.SyncTicket | None = None
         result: Any = None
-        queued = False
+        sent = False  # an attempt went out: Redis may have granted or queued this secret
         try:
             while True:
                 step = plan.send(result)
                 if isinstance(step, _Attempt):
                     args = self._acquire_args(secret, owner, step.wait_ms, listener.channel)
-                    queued = queued or bool(step.wait_ms)
+                    sent = True
                     result = self._call(self._backend.scripts.acquire, self._keys.all, args)
                     if step.wait_ms and ticket is None and isinstance(result, list):  # queued
                         ticket = waiting.SyncTicket()
@@ -255,9 +273,9 @@ class Lock:
                     result = ticket.wait(step.seconds)
         except StopIteration as done:
             return self._took(secret, done.value)
-        except BaseException:
-            if queued:  # interrupted while queued: leave, or pass on a grant
-                self._leave(secret, owner, listener.channel)
+        except BaseException as exc:
+            if sent:  # leave the queue, or give back a grant this call will not return
+                self._leave(secret, now=not isinstance(exc, LockUnavailable))
             raise
         finally:
             if ticket is not None:
@@ -267,21 +285,24 @@ class Lock:
         self, blocking: bool | None = None, blocking_timeout: float | None = None
     ) -> bool:
         """:meth:`acquire` for async code: waiting never blocks the event loop."""
+        wait, limit = self._wait_options(blocking, blocking_timeout)
+        _, scripts = self._backend.async_client()
         if self._holding():
-            return self._reenter()
+            args = self._confirm_args()
+            if self._confirmed(await self._acall(scripts.extend, [self._keys.lock], args)):
+                return self._reenter()
         secret, owner = _new_secret(), _task_owner()
         listener = waiting.listener_for(self._backend)
-        plan = self._plan(blocking, blocking_timeout)
-        _, scripts = self._backend.async_client()
+        plan = self._plan(wait, limit)
         ticket: waiting.AsyncTicket | None = None
         result: Any = None
-        queued = False
+        sent = False
         try:
             while True:
                 step = plan.send(result)
                 if isinstance(step, _Attempt):
                     args = self._acquire_args(secret, owner, step.wait_ms, listener.channel)
-                    queued = queued or bool(step.wait_ms)
+                    sent = True
                     result = await self._acall(scripts.acquire, self._keys.all, args)
                     if step.wait_ms and ticket is None and isinstance(result, list):  # queued
                         ticket = waiting.AsyncTicket()
@@ -292,17 +313,29 @@ class Lock:
                     result = await ticket.wait(step.seconds)
         except StopIteration as done:
             return self._took(secret, done.value)
-        except BaseException:
-            if queued:  # cancelled while queued: leave, or pass on a grant
-                await asyncio.shield(self._aleave(secret, owner, listener.channel))
+        except BaseException as exc:
+            if sent:  # cancelled, or Redis failed: a grant must not outlive this call
+                leave = self._aleave(secret, now=not isinstance(exc, LockUnavailable))
+                await asyncio.shield(leave)
             raise
         finally:
             if ticket is not None:
                 listener.unregister(secret)
 
-    def _plan(
+    def _wait_options(
         self, blocking: bool | None, blocking_timeout: float | None
-    ) -> Generator[_Step, Any, _Acquired | None]:
+    ) -> tuple[bool, float | None]:
+        """Whether to wait, and for how long at most, from acquire()'s arguments and lock()'s."""
+        if blocking is None and blocking_timeout is None:
+            return self._blocking, self._blocking_timeout
+        wait = self._blocking if blocking is None else _flag(blocking, "blocking")
+        if blocking_timeout is None:
+            return wait, self._blocking_timeout
+        limit = validate_blocking_timeout(blocking_timeout)
+        _refuse_contradiction(wait, limit)
+        return wait, limit
+
+    def _plan(self, wait: bool, limit: float | None) -> Generator[_Step, Any, _Acquired | None]:
         """The steps of one acquire, shared by the sync and async drivers.
 
         A waiter queues in Redis with its first attempt and is woken by the release that hands
@@ -310,10 +343,6 @@ class Lock:
         first waiter when the holder's lease ends (the holder may have died), the others after
         a longer slice. The last attempt, at the deadline, also leaves the queue.
         """
-        wait = self._blocking if blocking is None else _flag(blocking, "blocking")
-        limit = self._blocking_timeout if blocking_timeout is None else None
-        if blocking_timeout is not None:
-            limit = validate_blocking_timeout(blocking_timeout)
         deadline = None if limit is None else time.monotonic() + limit
         busy_signalled = False
         while True:
@@ -346,24 +375,29 @@ class Lock:
                     break  # time is up, or told to look again
                 look_again = min(look_again, time.monotonic() + message.lease_ms / 1000 + 0.001)
 
-    def _leave(self, secret: str, owner: str, channel: str) -> None:
-        """Best effort after an interrupted wait: leave the queue, or release a grant."""
-        args = self._acquire_args(secret, owner, 0, channel)
-        try:
-            if not isinstance(self._backend.scripts.acquire(self._keys.all, args), list):
-                self._backend.scripts.release(keys=self._keys.all, args=[secret, tombstone_ms()])
-        except redis.RedisError:
-            logger.debug("Could not leave the queue of %r; its entry expires.", self.name)
+    def _leave(self, secret: str, *, now: bool) -> None:
+        """Free what an attempt of ``secret`` may have got, or take it out of the queue: at
+        once when Redis is fine (``now``), else through the watchdog once Redis answers."""
+        args: list[Any] = [secret, tombstone_ms()]
+        if now:
+            try:
+                self._backend.scripts.leave(keys=self._keys.all, args=args)
+                return
+            except Exception:  # Redis failed meanwhile: the watchdog settles it later
+                pass
+        watchdog().settle(Leave(self._backend, self._keys, args))
 
-    async def _aleave(self, secret: str, owner: str, channel: str) -> None:
+    async def _aleave(self, secret: str, *, now: bool) -> None:
         """:meth:`_leave` for async code."""
-        _, scripts = self._backend.async_client()
-        args = self._acquire_args(secret, owner, 0, channel)
-        try:
-            if not isinstance(await scripts.acquire(self._keys.all, args), list):
-                await scripts.release(keys=self._keys.all, args=[secret, tombstone_ms()])
-        except redis.RedisError:
-            logger.debug("Could not leave the queue of %r; its entry expires.", self.name)
+        args: list[Any] = [secret, tombstone_ms()]
+        if now:
+            _, scripts = self._backend.async_client()
+            try:
+                await scripts.leave(keys=self._keys.all, args=args)
+                return
+            except Exception:  # as in _leave()
+                pass
+        watchdog().settle(Leave(self._backend, self._keys, args))
 
     def _acquire_args(self, secret: str, owner: str, wait_ms: int, channel: str) -> list[Any]:
         return [
@@ -378,6 +412,22 @@ class Lock:
 
     def _holding(self) -> bool:
         return self._secret is not None and not self.lost
+
+    def _confirm_args(self) -> list[Any]:
+        """EXTEND's arguments to ask Redis whether this object's hold still stands before a
+        second acquire: a reentrant one renews the lease to its timeout, another reads it."""
+        return [self._secret, self._timeout_ms if self._reentrant else 1, "atleast"]
+
+    def _confirmed(self, left: int) -> bool:
+        """Whether the hold still stands (``left``: its lease, 0 when it ended); an ended hold
+        is marked lost, and the acquire goes on afresh."""
+        if left:
+            if self._hold is not None:
+                self._hold.renewed(time.monotonic(), left)
+            return True
+        self._mark_lost()()
+        self._forget()
+        return False
 
     def _reenter(self) -> bool:
         if not self._reentrant:
@@ -505,7 +555,11 @@ class Lock:
         return bool(await self._acall(client.hexists, self._keys.lock, "s"))
 
     def owned(self) -> bool:
-        """Whether this object holds the lock (asks Redis: an expired hold is not owned)."""
+        """Whether this object holds the lock (asks Redis: an expired hold is not owned).
+
+        A hold found taken away is marked lost (once), as the watchdog, ``extend()`` and
+        ``release()`` do: ``lost`` becomes True, a warning is logged, ``lock_lost`` is sent.
+        """
         if not self._holding():
             return False
         return self._owned_end(self._call(self._backend.client.hget, self._keys.lock, "s"))
@@ -518,9 +572,8 @@ class Lock:
         return self._owned_end(await self._acall(client.hget, self._keys.lock, "s"))
 
     def _owned_end(self, holder: bytes | str | None) -> bool:
-        if isinstance(holder, bytes):
-            holder = holder.decode()
-        if holder == self._secret:
+        secret = self._secret or ""
+        if holder == (secret.encode() if isinstance(holder, bytes) else secret):
             return True
         self._mark_lost()()
         return False

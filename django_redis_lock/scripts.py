@@ -5,7 +5,8 @@ Every lock has three keys sharing one Redis Cluster hash tag (see ``backends.Loc
 ``lock``     a hash. While held: ``s`` secret of the holder's acquisition, ``t`` fencing token,
              ``o`` owner, ``l`` label, ``a`` acquired-at (server clock, microseconds); its PTTL
              is the lease. Once released only ``t`` stays, as a short-lived tombstone that
-             keeps the fencing token increasing.
+             keeps the fencing token increasing, with ``r``, the secret of the last hold its
+             holder released (so that a retried release is recognised).
 ``queue``    a sorted set of waiting secrets, scored by arrival time (microseconds): FIFO order.
 ``waiters``  a hash: waiting secret -> JSON ``{t: ttl ms, d: deadline ms, w: looks again at
              ms, o, l, c: channel}`` (times by the server clock).
@@ -196,11 +197,17 @@ return {left, wait}
 
 # KEYS: lock, queue, waiters
 # ARGV: secret, tombstone ms
-# Returns 1 when released, 2 when released and handed to a waiter, 0 when the secret does not
-# hold the lock.
+# Returns 1 when released, 2 when released and handed to a waiter, 3 when this secret released
+# the lock already (a retry after a lost reply: field ``r`` keeps the last secret released by
+# its holder, until the next release or the key's end), 0 when the secret does not hold it.
 RELEASE = (
     """
-if redis.call('HGET', KEYS[1], 's') ~= ARGV[1] then return 0 end
+local held = redis.call('HMGET', KEYS[1], 's', 'r')
+if held[1] ~= ARGV[1] then
+  if held[2] == ARGV[1] then return 3 end
+  return 0
+end
+redis.call('HSET', KEYS[1], 'r', ARGV[1])
 if redis.call('EXISTS', KEYS[2]) == 0 then  -- nobody waits: tombstone() inline
   redis.call('HDEL', KEYS[1], 's', 'o', 'l', 'a')
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -231,6 +238,28 @@ if ARGV[2] ~= '' then
 end
 local how = free(KEYS[1], KEYS[2], KEYS[3], now_us(), ARGV[1])
 return {held[2], held[3], held[4], held[5], how}
+"""
+)
+
+# KEYS: lock, queue, waiters
+# ARGV: secret, tombstone ms
+# For an acquire attempt whose outcome its caller never learned (interrupted, cancelled, or
+# the reply lost): frees the lock if the attempt got it (1 or 2 as RELEASE), else takes the
+# secret out of the queue (0). Unlike RELEASE it leaves no ``r``: that secret's holder never
+# knew it held the lock, so nobody may release it quietly later.
+LEAVE = (
+    _PRELUDE
+    + _QUEUE_PRELUDE
+    + """
+local now = now_us()
+if redis.call('HGET', KEYS[1], 's') == ARGV[1] then
+  return free(KEYS[1], KEYS[2], KEYS[3], now, ARGV[2])
+end
+if redis.call('ZREM', KEYS[2], ARGV[1]) == 1 then
+  redis.call('HDEL', KEYS[3], ARGV[1])
+  nudge_first(KEYS[2], KEYS[3], math.floor(now / 1000), redis.call('PTTL', KEYS[1]))
+end
+return 0
 """
 )
 

@@ -37,6 +37,10 @@ logger = logging.getLogger("django_redis_lock")
 _READ_SECONDS = 1.0
 # A quiet connection is PINGed after this long, and given up when the PONG takes as long.
 _HEALTH_SECONDS = 5.0
+# Pauses between reconnects: doubling from the first while Redis stays away, and back to the
+# first once subscribed again, so a process that lived through many outages reconnects as fast
+# as a new one.
+_FIRST_BACKOFF_SECONDS = 0.1
 _MAX_BACKOFF_SECONDS = 5.0
 # Messages kept for waiters that have not registered yet; the oldest go first.
 _MAX_UNCLAIMED = 1000
@@ -150,6 +154,7 @@ class Listener:
         self._mutex = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._backoff = _FIRST_BACKOFF_SECONDS
 
     def register(self, secret: str, ticket: Ticket) -> None:
         """Route grants for ``secret`` to ``ticket`` until :meth:`unregister`."""
@@ -182,7 +187,6 @@ class Listener:
         self._stop.set()
 
     def _run(self) -> None:
-        backoff = 0.1
         while not self._stop.is_set():
             connection = self._connect()
             try:
@@ -194,10 +198,8 @@ class Listener:
                 if self._stop.is_set():
                     break
                 logger.warning("Lock wake-up channel lost (%s); reconnecting.", exc)
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, _MAX_BACKOFF_SECONDS)
-            else:
-                backoff = 0.1
+                self._stop.wait(self._backoff)
+                self._backoff = min(self._backoff * 2, _MAX_BACKOFF_SECONDS)
             finally:
                 with contextlib.suppress(Exception):
                     connection.disconnect()
@@ -236,6 +238,7 @@ class Listener:
             if kind == "message":
                 self._dispatch(reply[2])
             elif kind == "subscribe":
+                self._backoff = _FIRST_BACKOFF_SECONDS
                 self.ready.set()
                 self._wake_all()  # grants sent while we were away were not heard
 

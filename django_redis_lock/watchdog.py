@@ -9,6 +9,13 @@ a Lock object dropped without release stops being renewed and expires on its own
 The thread starts with the first auto-renewed hold and then looks at its holds at least once
 a second (a few microseconds each time), so that the common hold, first due seconds later, is
 registered and released without a lock or a wake-up call on the acquiring thread.
+
+It also settles acquire attempts whose caller never learned the outcome (Redis stalled past
+the socket timeout, or the reply was lost): Redis may still run such an attempt when it
+resumes and grant the lock to a secret nobody holds. The watchdog sends LEAVE for that secret
+until Redis answers, so such a grant ends as soon as Redis is back, not when its lease does.
+Redis runs a stalled connection's commands before those of a connection that reaches it later,
+so the LEAVE comes after the attempt it settles.
 """
 
 from __future__ import annotations
@@ -23,8 +30,6 @@ import time
 import weakref
 from typing import TYPE_CHECKING, Protocol
 
-import redis
-
 from django_redis_lock.backends import LockBackend, LockKeys
 
 if TYPE_CHECKING:
@@ -36,6 +41,12 @@ logger = logging.getLogger("django_redis_lock")
 RENEW_FRACTION = 1 / 3
 # The shortest pause between two failed renewals of a lock.
 _MIN_RETRY_SECONDS = 0.05
+# The longest pause between two tries to settle an attempt, and how long it is tried at most.
+_MAX_LEAVE_RETRY_SECONDS = 0.5
+LEAVE_GIVE_UP_SECONDS = 600.0
+# The most attempts waiting to be settled; beyond it (a long outage) the oldest grants that may
+# exist are left to end with their lease.
+_MAX_LEAVES = 10_000
 
 
 class Renewable(Protocol):
@@ -99,6 +110,20 @@ class Hold:
         self.lease_end = max(self.lease_end, sent + left_ms / 1000)
 
 
+class Leave:
+    """An acquire attempt to settle: free what it may have got, or take it out of the queue."""
+
+    __slots__ = ("args", "backend", "delay", "give_up", "keys", "watched")
+
+    def __init__(self, backend: LockBackend, keys: LockKeys, args: list[object]) -> None:
+        self.backend = backend
+        self.keys = keys
+        self.args = args  # the LEAVE script's: secret, tombstone ms
+        self.give_up = time.monotonic() + LEAVE_GIVE_UP_SECONDS
+        self.delay = _MIN_RETRY_SECONDS
+        self.watched = True
+
+
 # Once started, the thread looks at least this often, so that a hold due later than that is
 # handed to it with a bare append: no lock, no wake-up call, on the path of every acquire.
 _TICK_SECONDS = 1.0
@@ -111,7 +136,7 @@ class Watchdog:
 
     def __init__(self) -> None:
         self._cond = threading.Condition(threading.Lock())
-        self._due: list[tuple[float, int, Hold]] = []
+        self._due: list[tuple[float, int, Hold | Leave]] = []
         # Holds due a tick or more from now, added without the lock; the thread takes them.
         self._incoming: collections.deque[Hold] = collections.deque()
         self._order = itertools.count()
@@ -121,6 +146,7 @@ class Watchdog:
         self._ticking = False
         # When the thread wakes next on its own; a hold due earlier needs a wake-up call.
         self._wakes_at = float("inf")
+        self._leaves = 0  # attempts scheduled to be settled
 
     def add(self, hold: Hold) -> None:
         """Start renewing ``hold``, first at a third of the lease it starts with."""
@@ -129,17 +155,31 @@ class Watchdog:
             return
         with self._cond:
             self._schedule(hold, hold.due)
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._run, name="django_redis_lock-watchdog", daemon=True
-                )
-                self._thread.start()
+            self._start()
 
     def remove(self, hold: Hold) -> None:
         """Stop renewing ``hold``: no renewal starts for it after this returns."""
         hold.watched = False  # the thread drops it when it comes across it
 
-    def _schedule(self, hold: Hold, when: float) -> None:
+    def settle(self, leave: Leave) -> None:
+        """Send LEAVE for an attempt whose outcome is unknown, until Redis answers."""
+        with self._cond:
+            if self._leaves >= _MAX_LEAVES:
+                logger.warning("Too many lock attempts to settle; a grant may outlive its caller.")
+                return
+            self._leaves += 1
+            self._schedule(leave, time.monotonic())
+            self._start()
+
+    def _start(self) -> None:
+        """Start the thread unless it runs (called with the lock held)."""
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._run, name="django_redis_lock-watchdog", daemon=True
+            )
+            self._thread.start()
+
+    def _schedule(self, hold: Hold | Leave, when: float) -> None:
         heapq.heappush(self._due, (when, next(self._order), hold))
         if when < self._wakes_at:
             self._cond.notify()
@@ -155,8 +195,8 @@ class Watchdog:
             heapq.heapify(self._due)
             self._compact_at = max(_COMPACT_AT, 2 * len(self._due))
 
-    def _next_batch(self) -> list[Hold]:
-        """Wait until some holds are due and return them."""
+    def _next_batch(self) -> list[Hold | Leave]:
+        """Wait until some holds (or attempts to settle) are due and return them."""
         with self._cond:
             while True:
                 self._take_incoming()
@@ -181,12 +221,14 @@ class Watchdog:
         self._ticking = True
         try:
             while True:
-                for hold in self._next_batch():
+                for item in self._next_batch():
+                    if isinstance(item, Leave):
+                        self._leave(item)
+                        continue
                     try:
-                        self._renew(hold)
-                    except Exception:  # a bug must not end renewals for every lock
-                        logger.exception("The lock watchdog failed to renew a lock.")
-                        self.remove(hold)
+                        self._renew(item)
+                    except Exception as exc:  # a renewal not confirmed, whatever the reason
+                        self._retry(item, exc)
         finally:  # only a bug ends the loop: the next add starts a new thread
             self._ticking = False
             with self._cond:
@@ -197,13 +239,9 @@ class Watchdog:
             self.remove(hold)
             return
         sent = time.monotonic()
-        try:
-            left = hold.backend.scripts.extend(
-                keys=[hold.keys.lock], args=[hold.secret, hold.ttl_ms, "atleast"]
-            )
-        except redis.RedisError as exc:
-            self._retry(hold, exc)
-            return
+        left = hold.backend.scripts.extend(
+            keys=[hold.keys.lock], args=[hold.secret, hold.ttl_ms, "atleast"]
+        )
         if not left:
             self._lose(hold)
             return
@@ -228,6 +266,20 @@ class Watchdog:
             if hold.watched:
                 delay = min(hold.interval, max(_MIN_RETRY_SECONDS, (hold.lease_end - now) / 2))
                 self._schedule(hold, now + delay)
+
+    def _leave(self, leave: Leave) -> None:
+        try:
+            leave.backend.scripts.leave(keys=leave.keys.all, args=leave.args)
+        except Exception as exc:  # Redis still away (or another client library's error)
+            now = time.monotonic()
+            if now < leave.give_up:
+                leave.delay = min(leave.delay * 2, _MAX_LEAVE_RETRY_SECONDS)
+                with self._cond:
+                    self._schedule(leave, now + leave.delay)
+                return
+            logger.warning("Gave up settling an interrupted lock attempt: %s", exc)
+        with self._cond:
+            self._leaves -= 1
 
     def _lose(self, hold: Hold) -> None:
         lock = hold.lock()

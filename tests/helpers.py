@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections.abc import Callable, Iterator
@@ -9,6 +10,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
+from django.dispatch import Signal
 from django.test.utils import override_settings
 
 from django_redis_lock import Lock, lock
@@ -79,3 +81,76 @@ def hold(*names: str, **options: Any) -> list[Lock]:
     for each in held:
         assert each.acquire(blocking=False), each.name
     return held
+
+
+class FaultyConnection(redis.Connection):
+    """A redis-py connection that can be told to fail, for real faults on a real server:
+    ``lose_reply`` lets the next command reach Redis (which runs it) and loses its reply, as a
+    network cut or a timeout would; ``fail_send`` is raised instead of sending anything."""
+
+    lose_reply = False
+    fail_send: BaseException | None = None  # raised by every send until cleared
+
+    def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        if FaultyConnection.fail_send is not None:
+            raise FaultyConnection.fail_send
+        super().send_packed_command(command, check_health)
+
+    def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        if FaultyConnection.lose_reply:
+            FaultyConnection.lose_reply = False
+            self.disconnect()  # the reply, already on its way, is never read
+            raise redis.TimeoutError("reply lost (injected)")
+        return super().read_response(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def builtin_cache_with(url: str, **options: Any) -> Iterator[str]:
+    """A "faulty" alias (Django's RedisCache on ``url``) with extra connection ``options``;
+    yields the alias. Its pool is its own, so nothing leaks into other tests."""
+    caches = build_caches(url)
+    caches["faulty"] = {**caches["builtin"], "OPTIONS": {**caches["builtin"]["OPTIONS"], **options}}
+    FaultyConnection.lose_reply, FaultyConnection.fail_send = False, None
+    try:
+        with override_settings(CACHES=caches):
+            yield "faulty"
+    finally:
+        FaultyConnection.lose_reply, FaultyConnection.fail_send = False, None
+
+
+@contextlib.contextmanager
+def received(signal: Signal) -> Iterator[list[dict[str, Any]]]:
+    """The keyword arguments of every sending of ``signal`` inside the block."""
+    calls: list[dict[str, Any]] = []
+
+    def receiver(**kwargs: Any) -> None:
+        calls.append(kwargs)
+
+    signal.connect(receiver, weak=False)
+    try:
+        yield calls
+    finally:
+        signal.disconnect(receiver)
+
+
+def _unread_request_bytes(port: int) -> int:
+    """Bytes sent to the server on ``port`` that it has not read yet (Linux: /proc/net/tcp)."""
+    total = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(FileNotFoundError), open(table) as rows:
+            for row in list(rows)[1:]:
+                fields = row.split()
+                local_port = int(fields[1].rsplit(":", 1)[1], 16)
+                if local_port == port and fields[3] == "01":  # the server's end, established
+                    total += int(fields[4].split(":")[1], 16)  # rx_queue
+    return total
+
+
+async def until_redis_has_unread_request(port: int, timeout: float = 5.0) -> None:
+    """Return once a request sits unread in a paused server's socket (it will run it on
+    resume): the way to know that a call was sent, when no reply can come."""
+    deadline = time.monotonic() + timeout
+    while not _unread_request_bytes(port):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no request reached the server within {timeout} s")
+        await asyncio.sleep(0.005)

@@ -8,6 +8,8 @@ import pytest
 import redis
 
 from django_redis_lock import LockBusy, LockError, LockNotOwned, get_lock_manager, lock, signals
+from testproject.redis_server import RedisServer
+from tests.helpers import received, until_redis_has_unread_request
 
 
 def test_async_acquire_release_extend_and_state() -> None:
@@ -125,5 +127,53 @@ def test_async_blocking_timeout() -> None:
         assert not await lock("async-deadline").aacquire(blocking_timeout=0.2)
         assert 0.2 <= loop.time() - started < 0.35
         await holder.arelease()
+
+    asyncio.run(main())
+
+
+# -- cancellation never leaves a hold behind (issue 9) -----------------------------------------
+
+
+def test_a_cancelled_non_blocking_aacquire_whose_attempt_ran_leaves_no_hold(
+    redis_server: RedisServer,
+) -> None:
+    async def main() -> None:
+        warm = lock("cancelled-take", auto_renew=False)  # this loop's client has a connection
+        assert await warm.aacquire(blocking=False)
+        await warm.arelease()
+        attempt = lock("cancelled-take", timeout=30, auto_renew=False)
+        redis_server.pause()
+        try:
+            task = asyncio.create_task(attempt.aacquire(blocking=False))
+            await until_redis_has_unread_request(redis_server.port)
+            task.cancel()  # as Django cancels an async view whose client went away
+        finally:
+            redis_server.resume()  # Redis runs the attempt: it grants the lock
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert not attempt.owned()
+        assert await lock("cancelled-take").aacquire(blocking=False)  # nobody holds it
+
+    asyncio.run(main())
+
+
+def test_a_cancelled_arelease_can_be_retried_quietly(redis_server: RedisServer) -> None:
+    async def main() -> None:
+        held = lock("cancelled-release", auto_renew=False)
+        assert await held.aacquire()
+        redis_server.pause()
+        try:
+            task = asyncio.create_task(held.arelease())
+            await until_redis_has_unread_request(redis_server.port)
+            task.cancel()
+        finally:
+            redis_server.resume()  # Redis runs the release; its reply goes nowhere
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        with received(signals.lock_lost) as lost:
+            await held.arelease()  # the retry: this hold released itself, no LockNotOwned
+        assert lost == []
+        assert not held.lost
+        assert not await held.alocked()
 
     asyncio.run(main())

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import math
 import os
 import socket
 import threading
+from typing import Any
 
 import pytest
 import redis
 from django.test import override_settings
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from django_redis_lock import (
     MAX_NAME_LENGTH,
@@ -21,7 +26,15 @@ from django_redis_lock import (
     lock,
     signals,
 )
-from tests.helpers import commandstats, counted_caches, round_trips, wait_until
+from tests.helpers import (
+    FaultyConnection,
+    builtin_cache_with,
+    commandstats,
+    counted_caches,
+    received,
+    round_trips,
+    wait_until,
+)
 
 
 @pytest.mark.parametrize("alias", ["default", "builtin"])
@@ -326,3 +339,126 @@ def test_timeouts_above_a_year_are_refused() -> None:
 def test_name_that_is_not_valid_unicode_is_refused() -> None:
     with pytest.raises(ValueError, match="Unicode"):
         lock("bad \udc80 name")
+
+
+# -- a hold that ended in Redis is not trusted locally (issue 9) -------------------------------
+
+
+def test_a_force_released_reentrant_lock_is_not_entered_again() -> None:
+    held = lock("reentry", reentrant=True, auto_renew=False)
+    assert held.acquire()
+    get_lock_manager().release("reentry")  # an operator frees it...
+    other = lock("reentry", auto_renew=False)
+    assert other.acquire(blocking=False)  # ...and someone else takes it
+    assert not held.acquire(blocking=False)  # not a re-entry: the hold ended
+    assert held.lost
+    assert other.owned()
+    other.release()
+
+
+def test_a_second_acquire_after_the_lease_ran_out_acquires_afresh() -> None:
+    for reentrant in (False, True):
+        held = lock("lapsed", timeout=0.05, auto_renew=False, reentrant=reentrant)
+        assert held.acquire()
+        first = held.fencing_token
+        wait_until(lambda held=held: not held.locked())  # type: ignore[misc]
+        assert held.acquire(blocking=False)  # no "already holds": nobody holds it
+        assert held.fencing_token is not None
+        assert first is not None
+        assert held.fencing_token > first
+        held.release()  # one release ends the new hold
+        assert not held.locked()
+
+
+def test_reentry_renews_the_lease() -> None:
+    held = lock("renewed-on-entry", timeout=10, auto_renew=False, reentrant=True)
+    held.acquire()
+    held.extend(1, replace_ttl=True)
+    assert held.acquire()
+    assert 9 < held.ttl() <= 10  # type: ignore[operator]
+    held.release()
+    held.release()
+
+
+@pytest.mark.parametrize(
+    ("lock_options", "acquire_options"),
+    [
+        ({"blocking": False, "blocking_timeout": 5}, None),
+        ({}, {"blocking": False, "blocking_timeout": 5}),
+        ({"blocking": False}, {"blocking_timeout": 5}),
+    ],
+)
+def test_not_blocking_with_a_time_to_wait_is_refused(
+    lock_options: dict[str, Any], acquire_options: dict[str, Any] | None
+) -> None:
+    def take() -> None:
+        lock("contradiction", **lock_options).acquire(**(acquire_options or {}))
+
+    with pytest.raises(ValueError, match="blocking=False"):
+        take()
+    assert not lock("contradiction").locked()
+
+
+def test_not_blocking_with_no_time_to_wait_is_fine() -> None:
+    assert lock("fine", blocking=False, blocking_timeout=0).acquire()
+    waits = lock("fine-too", blocking_timeout=5)
+    assert waits.acquire(blocking=False)  # acquire's blocking overrides lock()'s
+    waits.release()
+
+
+def test_a_blocking_acquire_in_a_running_event_loop_is_refused() -> None:
+    async def main() -> None:
+        held = lock("in-loop")
+        with pytest.raises(RuntimeError, match="aacquire"):
+            held.acquire()
+        with pytest.raises(RuntimeError, match="aacquire"):
+            held.acquire(blocking_timeout=1)
+        with pytest.raises(RuntimeError, match="aacquire"), held:
+            pass
+        assert not await held.alocked()  # a refused call takes nothing
+        assert held.acquire(blocking=False)  # never waits: allowed
+        assert await held.aowned()
+        await held.arelease()
+
+    asyncio.run(main())
+
+
+# -- release is idempotent for its own hold (issue 9) ------------------------------------------
+
+
+def test_a_release_retried_after_its_reply_was_lost_succeeds_quietly(
+    redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # redis-py retries once, as redis-py 8 clients built by Redis() do by default
+    options = {"connection_class": FaultyConnection, "retry": Retry(NoBackoff(), 1)}
+    with (
+        builtin_cache_with(redis_url, **options) as alias,
+        received(signals.lock_lost) as lost,
+        received(signals.lock_released) as released,
+    ):
+        held = lock("retried", using=alias, auto_renew=False)
+        assert held.acquire()
+        FaultyConnection.lose_reply = True  # Redis runs the release; its reply is lost
+        with caplog.at_level(logging.WARNING, logger="django_redis_lock"):
+            held.release()  # the retry finds the lock released by this very hold
+        assert not FaultyConnection.lose_reply  # the fault did happen
+        assert not held.lost
+        assert not held.locked()
+    assert lost == []
+    assert len(released) == 1
+    assert not caplog.records
+
+
+def test_a_release_by_another_hold_is_still_refused_after_a_release() -> None:
+    first = lock("no-reuse", auto_renew=False)
+    first.acquire()
+    first.release()
+    second = lock("no-reuse", auto_renew=False)
+    second.acquire()
+    with pytest.raises(LockNotOwned):
+        first.release()  # its own hold ended; the current one is second's
+    assert second.owned()
+    get_lock_manager().release("no-reuse")
+    with pytest.raises(LockNotOwned):
+        second.release()  # force-released: that is a loss, not a retry
+    assert second.lost

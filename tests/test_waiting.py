@@ -386,3 +386,31 @@ def test_only_the_first_waiter_looks_again_when_a_renewed_lease_ends(
     for thread in threads:
         thread.join(10)
     assert len(results) == 10
+
+
+@pytest.mark.usefixtures("listening")
+def test_the_listener_comes_back_quickly_however_often_it_was_cut_off(
+    redis_client: redis.Redis, busy_events: threading.Semaphore
+) -> None:
+    channel = listener_for(get_backend()).channel
+
+    def subscribed() -> bool:
+        return bool(redis_client.pubsub_numsub(channel)[0][1])
+
+    for _ in range(7):  # a pause that doubled with every loss would reach 6.4 s
+        assert redis_client.client_kill_filter(_type="pubsub") >= 1
+        cut = time.monotonic()
+        wait_until(subscribed, timeout=10)
+        assert time.monotonic() - cut < 1
+    holder = lock("cut-often", timeout=30, auto_renew=False)
+    holder.acquire()
+    results: list[tuple[bool, float]] = []
+    thread = _waiter("cut-often", results, blocking_timeout=20)
+    assert busy_events.acquire(timeout=5)
+    redis_client.client_kill_filter(_type="pubsub")
+    released = time.monotonic()
+    holder.release()  # published while nobody listens
+    thread.join(8)
+    assert results
+    assert results[0][0]
+    assert results[0][1] - released < 1.5  # the waiter looked again once the listener was back

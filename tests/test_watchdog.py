@@ -12,11 +12,17 @@ import pytest
 import redis
 from django.test import override_settings
 
-from django_redis_lock import LockNotOwned, get_lock_manager, lock, signals
+from django_redis_lock import LockNotOwned, LockUnavailable, get_lock_manager, lock, signals
 from django_redis_lock.watchdog import watchdog
-from testproject.redis_server import RedisServerGroup
+from testproject.redis_server import RedisServer, RedisServerGroup
 from testproject.settings import build_caches
-from tests.helpers import commandstats, wait_until
+from tests.helpers import (
+    FaultyConnection,
+    builtin_cache_with,
+    commandstats,
+    received,
+    wait_until,
+)
 
 
 def test_watchdog_keeps_a_lock_past_three_leases() -> None:
@@ -206,3 +212,49 @@ def test_a_failing_lock_lost_receiver_does_not_stop_the_watchdog() -> None:
     time.sleep(0.6)  # two leases: only a live watchdog keeps it
     assert second.owned()
     second.release()
+
+
+def test_a_renewal_that_fails_unexpectedly_ends_in_lost_once_the_lease_is_over(
+    redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with (
+        builtin_cache_with(redis_url, connection_class=FaultyConnection) as alias,
+        received(signals.lock_lost) as lost,
+        caplog.at_level(logging.WARNING, logger="django_redis_lock"),
+    ):
+        held = lock("unconfirmed", using=alias, timeout=0.3)
+        held.acquire()
+        token = held.fencing_token
+        # Not a Redis error (another client library's, a bug): still not a renewal.
+        FaultyConnection.fail_send = RuntimeError("injected")
+        try:
+            wait_until(lambda: held.lost, timeout=3)
+        finally:
+            FaultyConnection.fail_send = None
+        assert not held.locked()  # lost only once the lease was over
+        with pytest.raises(LockNotOwned):
+            held.release()
+    assert [call["fencing_token"] for call in lost] == [token]
+    assert "before its lease ended" in caplog.text
+
+
+def test_an_attempt_redis_runs_after_its_caller_gave_up_is_given_back(
+    redis_server: RedisServer, redis_url: str
+) -> None:
+    with builtin_cache_with(redis_url, socket_timeout=0.5) as alias:
+        warm = lock("ghost", using=alias)  # the pool has a connection: the attempt goes out
+        warm.acquire()
+        warm.release()
+        attempt = lock("ghost", using=alias, timeout=30, auto_renew=False)
+        redis_server.pause()
+        try:
+            with pytest.raises(LockUnavailable):
+                attempt.acquire(blocking=False)  # times out, but sits in Redis's socket
+        finally:
+            redis_server.resume()  # Redis grants the lock to a secret nobody holds
+        resumed = time.monotonic()
+        other = lock("ghost", using=alias, timeout=30, auto_renew=False)
+        wait_until(lambda: other.acquire(blocking=False), timeout=3)  # not after 30 s
+        assert time.monotonic() - resumed < 3
+        assert not attempt.owned()
+        other.release()
