@@ -138,10 +138,11 @@ def _check_socket_timeout(alias: str, config: dict[str, Any]) -> list[CheckMessa
         return []
     return [
         Warning(
-            f"The cache {alias!r} has no socket timeout: a Redis that stops answering makes "
-            "lock calls, and the watchdog renewing held locks, wait forever.",
+            f"The cache {alias!r} sets no socket timeout: with redis-py before 8 (or "
+            "socket_timeout=None) a Redis that stops answering makes lock calls, and the "
+            "watchdog renewing held locks, wait forever; redis-py 8 gives up after 5 s.",
             hint='Set OPTIONS "SOCKET_TIMEOUT" (django-redis) or "socket_timeout" (Django\'s '
-            "RedisCache), for example to 5 seconds.",
+            "RedisCache) to what your locks can afford, for example 1 to 5 seconds.",
             id="django_redis_lock.W003",
         )
     ]

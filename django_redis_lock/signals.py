@@ -22,5 +22,6 @@ lock_acquired = Signal()
 lock_released = Signal()
 #: An acquire attempt found the lock held by someone else (sent once per acquire call).
 lock_busy = Signal()
-#: A hold was found taken away: by a watchdog renewal, ``extend()`` or ``release()``.
+#: A hold was found taken away (sent once per hold): by a watchdog renewal, ``extend()``,
+#: ``release()``, ``owned()`` or a second ``acquire()`` of the same object.
 lock_lost = Signal()
