@@ -17,6 +17,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from django_redis_lock import (
+    MAX_LABEL_LENGTH,
     MAX_NAME_LENGTH,
     MAX_TIMEOUT,
     LockBusy,
@@ -462,3 +463,21 @@ def test_a_release_by_another_hold_is_still_refused_after_a_release() -> None:
     with pytest.raises(LockNotOwned):
         second.release()  # force-released: that is a loss, not a retry
     assert second.lost
+
+
+def test_labels_have_a_maximum_and_owners_are_cut() -> None:
+    assert lock("label", label="x" * MAX_LABEL_LENGTH).label == "x" * MAX_LABEL_LENGTH
+    with pytest.raises(ValueError, match=str(MAX_LABEL_LENGTH)):
+        lock("label", label="x" * (MAX_LABEL_LENGTH + 1))
+
+    def take() -> None:
+        held = lock("long-owner", auto_renew=False)
+        held.acquire()
+
+    thread = threading.Thread(target=take, name="t" * 10_000)  # thread names are free text
+    thread.start()
+    thread.join(5)
+    info = get_lock_manager().get("long-owner")
+    assert info is not None
+    assert len(info.owner) == 256
+    assert info.owner.startswith(f"{socket.gethostname()} pid {os.getpid()} thread ttt")
