@@ -415,8 +415,8 @@ class Lock:
 
     def _confirm_args(self) -> list[Any]:
         """EXTEND's arguments to ask Redis whether this object's hold still stands before a
-        second acquire: a reentrant one renews the lease to its timeout, another reads it."""
-        return [self._secret, self._timeout_ms if self._reentrant else 1, "atleast"]
+        second acquire: a reentrant one renews the lease to its timeout, another only asks."""
+        return [self._secret, self._timeout_ms, "atleast" if self._reentrant else "check"]
 
     def _confirmed(self, left: int) -> bool:
         """Whether the hold still stands (``left``: its lease, 0 when it ended); an ended hold

@@ -264,10 +264,12 @@ return 0
 )
 
 # KEYS: lock
-# ARGV: secret, ms, mode ('add': ms more; 'replace': exactly ms; 'atleast': at least ms)
-# Returns the lease left in ms, or 0 when the secret does not hold the lock.
+# ARGV: secret, ms, mode ('add': ms more; 'replace': exactly ms; 'atleast': at least ms;
+#       'check': change nothing)
+# Returns the lease left in ms (1 for 'check'), or 0 when the secret does not hold the lock.
 EXTEND = """
 if redis.call('HGET', KEYS[1], 's') ~= ARGV[1] then return 0 end
+if ARGV[3] == 'check' then return 1 end
 local ms, mode = tonumber(ARGV[2]), ARGV[3]
 local left = redis.call('PTTL', KEYS[1])
 if mode == 'add' then

@@ -27,6 +27,7 @@ from django_redis_lock import (
     lock,
     signals,
 )
+from django_redis_lock.backends import get_backend
 from tests.helpers import (
     FaultyConnection,
     builtin_cache_with,
@@ -481,3 +482,16 @@ def test_labels_have_a_maximum_and_owners_are_cut() -> None:
     assert info is not None
     assert len(info.owner) == 256
     assert info.owner.startswith(f"{socket.gethostname()} pid {os.getpid()} thread ttt")
+
+
+def test_a_second_acquire_of_a_lock_without_expiry_changes_nothing(
+    redis_client: redis.Redis,
+) -> None:
+    held = lock("persisted", auto_renew=False)
+    held.acquire()
+    key = get_backend().keys_for("persisted").lock
+    redis_client.persist(key)  # by hand: the key lost its expiry
+    with pytest.raises(LockError):
+        held.acquire(blocking=False)  # still held: the question changed nothing
+    assert redis_client.pttl(key) == -1
+    held.release()
