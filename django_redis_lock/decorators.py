@@ -13,7 +13,6 @@ import functools
 import inspect
 import logging
 import math
-import string
 import sys
 import threading
 import weakref
@@ -27,14 +26,13 @@ from django.views import View
 
 from django_redis_lock.conf import lock_settings
 from django_redis_lock.exceptions import LockBusy, LockError, LockUnavailable
-from django_redis_lock.lock import Lock, seconds_to_ms, validate_blocking_timeout, validate_name
+from django_redis_lock.lock import Lock, seconds_to_ms, validate_blocking_timeout
 from django_redis_lock.manager import get_lock_manager
+from django_redis_lock.naming import NameSpec, Naming
 
 logger = logging.getLogger("django_redis_lock")
 
 Decorated = TypeVar("Decorated")
-#: A lock name: a constant, a template of the call's arguments, or a callable of them.
-NameSpec = str | Callable[..., str]
 
 
 @dataclass(frozen=True)
@@ -62,7 +60,8 @@ def locked(
 
     ``name`` is a constant, a template formatted from the call's bound arguments
     (``"invoice:{invoice_id}"``, ``"user:{request.user.pk}"``; a view's URL kwargs count as
-    arguments), or a callable receiving the call's arguments. ``blocking_timeout`` (default 0:
+    arguments; :mod:`django_redis_lock.naming` says how values are escaped and which fields are
+    refused), or a callable receiving the call's arguments. ``blocking_timeout`` (default 0:
     never tie up a worker) is how long to wait for a busy lock. When it stays busy, views answer
     ``REDIS_LOCK["BUSY_STATUS"]`` (423) with Retry-After, functions and tasks raise LockBusy;
     ``on_busy(*args, **kwargs)`` replaces either and its value is returned. ``label`` (default:
@@ -105,64 +104,12 @@ def locked(
     return decorate
 
 
-class _Naming:
-    """Turns a call's arguments into its lock name."""
-
-    def __init__(self, spec: NameSpec, signature: inspect.Signature, where: str) -> None:
-        self._signature = signature
-        self._spec = spec
-        self._constant: str | None = None
-        self._var_keyword = next(
-            (p.name for p in signature.parameters.values() if p.kind is p.VAR_KEYWORD), None
-        )
-        # A callable, or attribute or index access, may touch the database (request.user):
-        # async callers compute such names in a thread.
-        self.needs_thread = callable(spec)
-        if callable(spec):
-            return
-        if not spec:
-            raise ValueError("A lock name must not be empty.")
-        fields = [field for _, field, _, _ in string.Formatter().parse(spec) if field is not None]
-        roots = [field.split(".")[0].split("[")[0] for field in fields]
-        if any(not root or root.isdigit() for root in roots):
-            raise ValueError(
-                f"The lock name template {spec!r} must name arguments, as in 'invoice:{{pk}}'."
-            )
-        unknown = [root for root in roots if root not in signature.parameters]
-        if unknown and self._var_keyword is None:
-            raise ValueError(
-                f"The lock name template {spec!r} names {', '.join(map(repr, unknown))}, "
-                f"which {where} does not take (it takes: "
-                f"{', '.join(signature.parameters) or 'nothing'})."
-            )
-        self.needs_thread = fields != roots
-        if not fields:
-            self._constant = validate_name(spec.format())
-
-    def __call__(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
-        if self._constant is not None:
-            return self._constant
-        if callable(self._spec):
-            return validate_name(self._spec(*args, **kwargs))
-        bound = self._signature.bind(*args, **kwargs)
-        bound.apply_defaults()
-        values = dict(bound.arguments)
-        if self._var_keyword is not None:
-            values.update(values.pop(self._var_keyword, {}))
-        try:
-            return validate_name(self._spec.format_map(values))
-        except KeyError as exc:
-            raise TypeError(
-                f"The lock name template {self._spec!r} names {exc}, which this call did not pass."
-            ) from None
-
-
 @dataclass(frozen=True)
 class _Spec:
     """What a @locked callable was decorated with, and how it is called."""
 
     options: _Options
-    naming: _Naming
+    naming: Naming
     label: str
     is_async: bool
     signature: inspect.Signature
@@ -183,7 +130,7 @@ def _spec_for(
             dotted = f"{type(owner).__module__}.{type(owner).__qualname__}"
             spec = cache[key] = _Spec(
                 options,
-                _Naming(options.name, signature, dotted),
+                Naming(options.name, signature, dotted),
                 options.label or dotted,
                 is_async=bool(type(owner).view_is_async),
                 signature=signature,
@@ -193,7 +140,7 @@ def _spec_for(
     dotted = f"{func.__module__}.{func.__qualname__}"
     return _Spec(
         options,
-        _Naming(options.name, signature, dotted),
+        Naming(options.name, signature, dotted),
         options.label or dotted,
         is_async=iscoroutinefunction(func),
         signature=signature,
@@ -363,7 +310,7 @@ def _decorate_view_class(cls: type[View], options: _Options) -> type[View]:
 
     dotted = f"{cls.__module__}.{cls.__qualname__}"
     signature = inspect.signature(sync_dispatch)
-    naming = _Naming(options.name, signature, dotted)
+    naming = Naming(options.name, signature, dotted)
     label = options.label or dotted
     locked_sync = _wrap_sync(sync_dispatch, _Spec(options, naming, label, False, signature))
     locked_async = _wrap_async(async_dispatch, _Spec(options, naming, label, True, signature))

@@ -10,8 +10,10 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.http import HttpRequest, HttpResponse
 from django.test import AsyncClient, Client, override_settings
 from django.test.client import AsyncRequestFactory
+from django.views import View
 
 from django_redis_lock import LockBusy, LockUnavailable, get_lock_manager, lock, locked, signals
 from testproject.redis_server import RedisServerGroup
@@ -312,6 +314,101 @@ def test_template_naming_an_unknown_argument_fails_at_decoration() -> None:
 def test_bad_names_fail_at_decoration(name: Any, error: type[Exception]) -> None:
     with pytest.raises(error):
         locked(name)(lambda: None)
+
+
+@locked("export:{user}:{fmt}")
+def export(user: str, fmt: str, inner: tuple[str, str] | None = None) -> str:
+    """Runs ``export(*inner)`` while holding its own lock, when given."""
+    return export(*inner) if inner else "ran"
+
+
+@pytest.mark.parametrize(
+    ("outer", "inner"),
+    [(("a:b", "c"), ("a", "b:c")), (("a", "b:c"), ("a%3Ab", "c")), (("a:", "b"), ("a", ":b"))],
+)
+def test_template_values_never_collide_across_fields(
+    outer: tuple[str, str], inner: tuple[str, str]
+) -> None:
+    assert export(*outer, inner=inner) == "ran"  # not LockBusy: another lock
+
+
+@pytest.mark.parametrize(
+    ("user", "fmt", "name"),
+    [
+        ("ada", "csv", "export:ada:csv"),
+        ("a:b", "c", "export:a%3Ab:c"),
+        ("a", "b:c", "export:a:b%3Ac"),
+        ("50%", "x", "export:50%25:x"),
+    ],
+)
+def test_template_values_are_escaped_as_the_readme_says(user: str, fmt: str, name: str) -> None:
+    held = _hold(name)
+    with pytest.raises(LockBusy):
+        export(user, fmt)
+    held.release()
+
+
+def test_one_field_and_callable_names_are_not_escaped() -> None:
+    @locked("file:{path}")
+    def read(path: str) -> None: ...
+
+    @locked(lambda path: f"call:{path}")
+    def call(path: str) -> None: ...
+
+    for name, function in (("file:a:b%c", read), ("call:a:b%c", call)):
+        held = _hold(name)
+        with pytest.raises(LockBusy):
+            function("a:b%c")
+        held.release()
+
+
+@pytest.mark.parametrize(
+    ("template", "error"),
+    [
+        ("{a}{b}", "side by side"),
+        ("x:{a}%{b}", "must not start with '%'"),
+        ("x:{a:{b}}", "format spec"),
+        ("x:{a!z}", "conversion"),
+        ("x:{a..b}", "attributes or"),
+    ],
+)
+def test_ambiguous_or_malformed_templates_fail_at_decoration(template: str, error: str) -> None:
+    def function(a: str, b: str) -> None: ...
+
+    with pytest.raises(ValueError, match=error):
+        locked(template)(function)
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        "x:{request.__class__.__init__.__globals__}",
+        "x:{request._messages}",
+        "x:{request.GET[_x]}",
+        "x:{_private}",
+        "x:{request.user._meta}",
+    ],
+)
+def test_fields_reading_private_names_fail_at_decoration(template: str) -> None:
+    def view(request: object, _private: int = 0) -> None: ...
+
+    class Page(View):
+        def get(self, request: HttpRequest) -> HttpResponse: ...
+
+    for target in (view, Page):
+        with pytest.raises(ValueError, match="starting with '_'"):
+            locked(template)(target)
+
+
+def test_fields_read_attributes_and_indexes() -> None:
+    @locked("pick:{data[items][1]}:{data[key.with.dots]}:{point.real!r:>5}")
+    def pick(data: dict[str, Any], point: complex) -> str:
+        return "ran"
+
+    held = _hold("pick:b:x:  2.0")
+    with pytest.raises(LockBusy):
+        pick({"items": ["a", "b"], "key.with.dots": "x"}, 2 + 1j)
+    held.release()
 
 
 @pytest.mark.parametrize(
