@@ -26,7 +26,14 @@ from django.views import View
 
 from django_redis_lock.conf import lock_settings
 from django_redis_lock.exceptions import LockBusy, LockError, LockUnavailable
-from django_redis_lock.lock import Lock, seconds_to_ms, validate_blocking_timeout
+from django_redis_lock.lock import (
+    MAX_LABEL_LENGTH,
+    Lock,
+    seconds_to_ms,
+    shorten,
+    validate_blocking_timeout,
+    validate_label,
+)
 from django_redis_lock.manager import get_lock_manager
 from django_redis_lock.naming import NameSpec, Naming
 
@@ -65,7 +72,8 @@ def locked(
     never tie up a worker) is how long to wait for a busy lock. When it stays busy, views answer
     ``REDIS_LOCK["BUSY_STATUS"]`` (423) with Retry-After, functions and tasks raise LockBusy;
     ``on_busy(*args, **kwargs)`` replaces either and its value is returned. ``label`` (default:
-    the callable's dotted name) is shown to operators with the request path or task id.
+    the callable's dotted name; at most MAX_LABEL_LENGTH) is shown to operators with the request
+    path or task id, the whole shortened to MAX_LABEL_LENGTH.
     """
     if not (callable(name) or isinstance(name, str)):
         raise TypeError(f"A lock name must be a str or a callable, not {type(name).__name__}.")
@@ -74,9 +82,9 @@ def locked(
     validate_blocking_timeout(blocking_timeout)
     if on_busy is not None and not callable(on_busy):
         raise TypeError("on_busy must be a callable or None.")
-    for value, what in ((label, "label"), (using, "using")):
-        if value is not None and not isinstance(value, str):
-            raise TypeError(f"{what} must be a str or None, not {type(value).__name__}.")
+    validate_label(label)
+    if using is not None and not isinstance(using, str):
+        raise TypeError(f"using must be a str or None, not {type(using).__name__}.")
     if auto_renew is not None and not isinstance(auto_renew, bool):
         raise TypeError(f"auto_renew must be True, False or None, not {auto_renew!r}.")
     options = _Options(name, timeout, blocking_timeout, auto_renew, on_busy, label, using)
@@ -165,10 +173,13 @@ class _Call:
         )
 
     def _label(self) -> str:
+        """The label, with the request or the task; shortened, as a long URL must still run."""
         if self.request is not None:
-            return f"{self.spec.label} {self.request.method} {self.request.path}"
-        task_id = _celery_task_id()
-        return self.spec.label if task_id is None else f"{self.spec.label} task {task_id}"
+            label = f"{self.spec.label} {self.request.method} {self.request.path}"
+        else:
+            task_id = _celery_task_id()
+            label = self.spec.label if task_id is None else f"{self.spec.label} task {task_id}"
+        return shorten(label, MAX_LABEL_LENGTH)
 
     def busy(self) -> Any:
         """What the call returns (or raises) when the lock stays busy."""

@@ -16,6 +16,7 @@ from django.test.client import AsyncRequestFactory
 from django.views import View
 
 from django_redis_lock import LockBusy, LockUnavailable, get_lock_manager, lock, locked, signals
+from django_redis_lock.lock import MAX_LABEL_LENGTH
 from testproject.redis_server import RedisServerGroup
 from testproject.settings import build_caches
 from tests import views
@@ -418,6 +419,33 @@ def test_fields_read_attributes_and_indexes() -> None:
 def test_bad_options_fail_at_decoration(options: dict[str, Any]) -> None:
     with pytest.raises((TypeError, ValueError)):
         locked("x", **options)
+
+
+def test_label_longer_than_the_maximum_fails_at_decoration() -> None:
+    locked("x", label="x" * MAX_LABEL_LENGTH)(lambda: None)
+    with pytest.raises(ValueError, match="at most 256"):
+        locked("x", label="x" * (MAX_LABEL_LENGTH + 1))(lambda: None)
+
+
+def test_a_long_request_path_shortens_the_default_label(client: Client) -> None:
+    path = "/labelled/" + "y" * 3000
+    response = client.get(path)
+    assert response.status_code == 200
+    assert response.content.decode() == f"tests.views.labelled GET {path}"[:255] + "\u2026"
+
+
+def test_a_task_label_is_shortened_to_the_maximum() -> None:
+    pytest.importorskip("celery", reason="Celery is not installed (pip install .[test])")
+    from testproject.celery import app
+
+    @app.task
+    @locked("long-label-task", label="t" * MAX_LABEL_LENGTH)
+    def long_label_task() -> str | None:
+        info = get_lock_manager().get("long-label-task")
+        return None if info is None else info.label
+
+    label = long_label_task.apply().get(timeout=10)
+    assert label == "t" * (MAX_LABEL_LENGTH - 1) + "\u2026"
 
 
 def test_decorating_a_class_that_is_not_a_view_fails() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django.urls import path
+from django.urls import path, re_path
 
 from tests import views
 
@@ -12,6 +12,7 @@ urlpatterns = [
     path("profile/", views.profile),
     path("item/<str:item>/", views.by_callable),
     path("custom/", views.custom_busy),
+    re_path(r"^labelled/(?P<rest>.*)$", views.labelled),
     path("boom/", views.boom),
     path("stream/", views.stream),
     path("gated/<str:name>/", views.gated),

@@ -51,6 +51,11 @@ def by_callable(request: HttpRequest, item: str) -> HttpResponse:
     return HttpResponse(str(get_lock_manager().get(f"item:{item.upper()}") is not None))
 
 
+@locked("labelled")
+def labelled(request: HttpRequest, rest: str) -> HttpResponse:
+    return HttpResponse(_label_of("labelled"))
+
+
 @locked("custom", on_busy=lambda request: HttpResponse("come back later", status=409))
 def custom_busy(request: HttpRequest) -> HttpResponse:
     return HttpResponse("ran")
