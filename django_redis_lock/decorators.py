@@ -1,9 +1,10 @@
 """@locked: run a view, a function or a Celery task under a lock.
 
 Views (function-based, class-based, sync and async) answer a busy lock with 423 and a
-Retry-After header, and an unreachable Redis with 503; plain functions and tasks raise
-LockBusy and LockUnavailable. The lock is released when the call returns or raises, and for a
-streaming response when the response is closed (or dropped unclosed).
+Retry-After header, an unreachable Redis with 503, and arguments that make an invalid name with
+400; plain functions and tasks raise LockBusy, LockUnavailable and ValueError. The lock is
+released when the call returns or raises, and for a streaming response when the response is
+closed (or dropped unclosed).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from django_redis_lock.lock import (
     validate_label,
 )
 from django_redis_lock.manager import get_lock_manager
-from django_redis_lock.naming import NameSpec, Naming
+from django_redis_lock.naming import InvalidName, NameSpec, Naming
 
 logger = logging.getLogger("django_redis_lock")
 
@@ -239,10 +240,23 @@ class _Call:
         return self.lock.fencing_token is not None
 
 
+def _invalid_name(spec: _Spec, args: tuple[Any, ...], exc: InvalidName) -> HttpResponse:
+    """A view's 400 for a call whose arguments make an invalid name; functions raise ``exc``."""
+    request = _request_in(args)
+    if request is None:
+        raise exc
+    logger.info("%s answers 400: its arguments make an invalid lock name: %s", spec.label, exc)
+    return _answer(request, 400, "invalid", f"This request makes an invalid lock name: {exc}")
+
+
 def _wrap_sync(func: Callable[..., Any], spec: _Spec) -> Callable[..., Any]:
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        call = _Call(spec, spec.naming(args, kwargs), args, kwargs)
+        try:
+            name = spec.naming(args, kwargs)
+        except InvalidName as exc:
+            return _invalid_name(spec, args, exc)
+        call = _Call(spec, name, args, kwargs)
         try:
             acquired = call.lock.acquire()
         except LockUnavailable as exc:
@@ -274,10 +288,13 @@ def _wrap_async(func: Callable[..., Any], spec: _Spec) -> Callable[..., Any]:
 
     @functools.wraps(func)
     async def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if name_in_thread is not None:
-            name = await name_in_thread(args, kwargs)
-        else:
-            name = spec.naming(args, kwargs)
+        try:
+            if name_in_thread is not None:
+                name = await name_in_thread(args, kwargs)
+            else:
+                name = spec.naming(args, kwargs)
+        except InvalidName as exc:
+            return _invalid_name(spec, args, exc)
         call = _Call(spec, name, args, kwargs)
         try:
             acquired = await call.lock.aacquire()

@@ -6,6 +6,7 @@ import asyncio
 import threading
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -16,7 +17,7 @@ from django.test.client import AsyncRequestFactory
 from django.views import View
 
 from django_redis_lock import LockBusy, LockUnavailable, get_lock_manager, lock, locked, signals
-from django_redis_lock.lock import MAX_LABEL_LENGTH
+from django_redis_lock.lock import MAX_LABEL_LENGTH, MAX_NAME_LENGTH
 from testproject.redis_server import RedisServerGroup
 from testproject.settings import build_caches
 from tests import views
@@ -236,6 +237,48 @@ def test_view_answers_503_when_redis_is_down(
             assert client.get("/custom/").content == b"ran"
 
 
+@pytest.fixture
+def acquired() -> Iterator[list[str]]:
+    """The names of the locks acquired during the test, in order."""
+    names: list[str] = []
+
+    def record(sender: object, name: str, **kwargs: object) -> None:
+        names.append(name)
+
+    signals.lock_acquired.connect(record, weak=False)
+    yield names
+    signals.lock_acquired.disconnect(record)
+
+
+@pytest.mark.parametrize("view", ["doc", "adoc", "cdoc", "acdoc"])
+@pytest.mark.parametrize(
+    ("slug", "status"),
+    [("x" * MAX_NAME_LENGTH, 200), ("x" * (MAX_NAME_LENGTH + 1), 400), ("", 400)],
+)
+def test_url_kwargs_that_make_an_invalid_name_answer_400(
+    view: str, slug: str, status: int, acquired: list[str]
+) -> None:
+    """These views are locked by "{slug}": a name as long as allowed, one too long, empty."""
+    path = f"/{view}/{slug}/"
+
+    async def get(**headers: str) -> Any:
+        if view.startswith("a"):
+            return await AsyncClient().get(path, headers=headers)
+        return Client().get(path, headers=headers)
+
+    plain = asyncio.run(get())
+    as_json = asyncio.run(get(Accept="application/json"))
+    assert (plain.status_code, as_json.status_code) == (status, status)
+    if status == 200:
+        assert plain.content == b"ran"
+        assert acquired == [slug, slug]
+        return
+    assert plain["Content-Type"].startswith("text/plain")
+    assert b"invalid lock name" in plain.content
+    assert as_json.json()["error"] == "invalid"
+    assert acquired == []  # the lock was never taken
+
+
 # -- plain functions -------------------------------------------------------------------------
 
 
@@ -248,6 +291,17 @@ def add(x: int, y: int = 1) -> int:
 @locked("aadd:{x}", on_busy=lambda x, y=1: -1)
 async def aadd(x: int, y: int = 1) -> int:
     return x + y
+
+
+@pytest.mark.parametrize("argument", ["x" * MAX_NAME_LENGTH, "\ud800"])
+def test_arguments_that_make_an_invalid_name_raise_value_error(
+    argument: str, acquired: list[str]
+) -> None:
+    with pytest.raises(ValueError, match="lock name"):
+        add(argument)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="lock name"):
+        asyncio.run(aadd(argument))  # type: ignore[arg-type]
+    assert acquired == []
 
 
 def test_plain_function_runs_locked_or_raises_lock_busy() -> None:

@@ -24,4 +24,9 @@ urlpatterns = [
     path("stacked/<int:pk>/", views.StackedReportView.as_view()),
     path("astacked/<int:pk>/", views.AsyncStackedReportView.as_view()),
     path("asubclass/<int:pk>/", views.AsyncSubclassView.as_view()),
+    # Any slug, the empty one included, for names that come out too long or empty.
+    re_path(r"^doc/(?P<slug>.*)/$", views.doc),
+    re_path(r"^adoc/(?P<slug>.*)/$", views.adoc),
+    re_path(r"^cdoc/(?P<slug>.*)/$", views.DocView.as_view()),
+    re_path(r"^acdoc/(?P<slug>.*)/$", views.AsyncDocView.as_view()),
 ]

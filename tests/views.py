@@ -131,3 +131,26 @@ class AsyncSubclassView(ClassDecoratedView):
 
     async def get(self, request: HttpRequest, pk: int) -> HttpResponse:  # type: ignore[override]
         return HttpResponse(str(await lock(f"klass:{pk}").alocked()))
+
+
+# The slug is the whole name: a URL can make it empty or too long.
+@locked("{slug}")
+def doc(request: HttpRequest, slug: str) -> HttpResponse:
+    return HttpResponse("ran")
+
+
+@locked("{slug}")
+async def adoc(request: HttpRequest, slug: str) -> HttpResponse:
+    return HttpResponse("ran")
+
+
+@method_decorator(locked("{slug}"), name="dispatch")
+class DocView(View):
+    def get(self, request: HttpRequest, slug: str) -> HttpResponse:
+        return HttpResponse("ran")
+
+
+@locked("{slug}")
+class AsyncDocView(View):
+    async def get(self, request: HttpRequest, slug: str) -> HttpResponse:
+        return HttpResponse("ran")
