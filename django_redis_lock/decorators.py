@@ -36,7 +36,7 @@ from django_redis_lock.lock import (
     validate_label,
 )
 from django_redis_lock.manager import get_lock_manager
-from django_redis_lock.naming import InvalidName, NameSpec, Naming
+from django_redis_lock.naming import InvalidName, NameSpec, Naming, check_template
 
 logger = logging.getLogger("django_redis_lock")
 
@@ -76,7 +76,9 @@ def locked(
     the callable's dotted name; at most MAX_LABEL_LENGTH) is shown to operators with the request
     path or task id, the whole shortened to MAX_LABEL_LENGTH.
     """
-    if not (callable(name) or isinstance(name, str)):
+    if isinstance(name, str):
+        check_template(name)  # now, also where the arguments are known only per request
+    elif not callable(name):
         raise TypeError(f"A lock name must be a str or a callable, not {type(name).__name__}.")
     if timeout is not None:
         seconds_to_ms(timeout, "timeout")

@@ -76,9 +76,15 @@ def _split_field_name(field_name: str) -> tuple[str, tuple[tuple[bool, str | int
 
 
 class _Template:
-    """A name template, checked when it is decorated; formats and escapes the fields."""
+    """A name template, checked when it is decorated; formats and escapes the fields.
 
-    def __init__(self, template: str, signature: inspect.Signature, where: str) -> None:
+    Without a signature (``method_decorator`` knows it only per request), the arguments the
+    fields name are not checked; everything else is.
+    """
+
+    def __init__(self, template: str, signature: inspect.Signature | None, where: str) -> None:
+        if not template:
+            raise ValueError("A lock name must not be empty.")
         self.template = template
         self.literals: list[str] = []  # the text before each field, then the text after
         self.fields: list[_Field] = []
@@ -89,7 +95,7 @@ class _Template:
         escaped = {ESCAPE, *"".join(self.literals[1:-1])} if len(self.fields) > 1 else set()
         self._escapes = {ord(c): "".join(f"%{b:02X}" for b in c.encode()) for c in escaped}
 
-    def _parse(self, signature: inspect.Signature, where: str) -> None:
+    def _parse(self, signature: inspect.Signature | None, where: str) -> None:
         text = ""
         for literal, field_name, format_spec, conversion in string.Formatter().parse(self.template):
             text += literal
@@ -119,7 +125,7 @@ class _Template:
         field_name: str,
         format_spec: str,
         conversion: str | None,
-        signature: inspect.Signature,
+        signature: inspect.Signature | None,
         where: str,
     ) -> _Field:
         root, path = _split_field_name(field_name)
@@ -132,6 +138,8 @@ class _Template:
                 f"{{{field_name}}} reads {private!r}: names starting with '_' are refused, "
                 "as lock names are shown to operators"
             )
+        if signature is None:
+            return _Field(root, path, conversion, format_spec)
         takes_any = any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values())
         if root not in signature.parameters and not takes_any:
             raise ValueError(
@@ -145,6 +153,11 @@ class _Template:
         for field, literal in zip(self.fields, self.literals[1:], strict=True):
             parts += (field.format(values).translate(self._escapes), literal)
         return "".join(parts)
+
+
+def check_template(template: str) -> None:
+    """Refuse (ValueError) a template that no callable's arguments could make usable."""
+    _Template(template, None, "")
 
 
 class Naming:
@@ -163,8 +176,6 @@ class Naming:
         )
         if callable(spec):
             self._callable = spec
-        elif not spec:
-            raise ValueError("A lock name must not be empty.")
         else:
             self._template = _Template(spec, signature, where)
             if not self._template.fields:

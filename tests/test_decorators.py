@@ -14,6 +14,7 @@ from django.contrib.auth.models import User
 from django.http import HttpRequest, HttpResponse
 from django.test import AsyncClient, Client, override_settings
 from django.test.client import AsyncRequestFactory
+from django.utils.decorators import method_decorator
 from django.views import View
 
 from django_redis_lock import LockBusy, LockUnavailable, get_lock_manager, lock, locked, signals
@@ -428,10 +429,8 @@ def test_one_field_and_callable_names_are_not_escaped() -> None:
     ],
 )
 def test_ambiguous_or_malformed_templates_fail_at_decoration(template: str, error: str) -> None:
-    def function(a: str, b: str) -> None: ...
-
     with pytest.raises(ValueError, match=error):
-        locked(template)(function)
+        locked(template)  # before it knows what it decorates (method_decorator)
 
 
 @pytest.mark.parametrize(
@@ -453,6 +452,8 @@ def test_fields_reading_private_names_fail_at_decoration(template: str) -> None:
     for target in (view, Page):
         with pytest.raises(ValueError, match="starting with '_'"):
             locked(template)(target)
+    with pytest.raises(ValueError, match="starting with '_'"):
+        method_decorator(locked(template), name="dispatch")  # before any request
 
 
 def test_fields_read_attributes_and_indexes() -> None:
