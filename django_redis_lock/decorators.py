@@ -1,9 +1,10 @@
 """@locked: run a view, a function or a Celery task under a lock.
 
 Views (function-based, class-based, sync and async) answer a busy lock with 423 and a
-Retry-After header, and an unreachable Redis with 503; plain functions and tasks raise
-LockBusy and LockUnavailable. The lock is released when the call returns or raises, and for a
-streaming response when the response is closed (or dropped unclosed).
+Retry-After header, an unreachable Redis with 503, and arguments that make an invalid name with
+400; plain functions and tasks raise LockBusy, LockUnavailable and ValueError. The lock is
+released when the call returns or raises, and for a streaming response when the response is
+closed (or dropped unclosed).
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import functools
 import inspect
 import logging
 import math
-import string
 import sys
 import threading
 import weakref
@@ -27,14 +27,20 @@ from django.views import View
 
 from django_redis_lock.conf import lock_settings
 from django_redis_lock.exceptions import LockBusy, LockError, LockUnavailable
-from django_redis_lock.lock import Lock, seconds_to_ms, validate_blocking_timeout, validate_name
+from django_redis_lock.lock import (
+    MAX_LABEL_LENGTH,
+    Lock,
+    seconds_to_ms,
+    shorten,
+    validate_blocking_timeout,
+    validate_label,
+)
 from django_redis_lock.manager import get_lock_manager
+from django_redis_lock.naming import InvalidName, NameSpec, Naming, check_template
 
 logger = logging.getLogger("django_redis_lock")
 
 Decorated = TypeVar("Decorated")
-#: A lock name: a constant, a template of the call's arguments, or a callable of them.
-NameSpec = str | Callable[..., str]
 
 
 @dataclass(frozen=True)
@@ -62,22 +68,26 @@ def locked(
 
     ``name`` is a constant, a template formatted from the call's bound arguments
     (``"invoice:{invoice_id}"``, ``"user:{request.user.pk}"``; a view's URL kwargs count as
-    arguments), or a callable receiving the call's arguments. ``blocking_timeout`` (default 0:
+    arguments; :mod:`django_redis_lock.naming` says how values are escaped and which fields are
+    refused), or a callable receiving the call's arguments. ``blocking_timeout`` (default 0:
     never tie up a worker) is how long to wait for a busy lock. When it stays busy, views answer
     ``REDIS_LOCK["BUSY_STATUS"]`` (423) with Retry-After, functions and tasks raise LockBusy;
     ``on_busy(*args, **kwargs)`` replaces either and its value is returned. ``label`` (default:
-    the callable's dotted name) is shown to operators with the request path or task id.
+    the callable's dotted name; at most MAX_LABEL_LENGTH) is shown to operators with the request
+    path or task id, the whole shortened to MAX_LABEL_LENGTH.
     """
-    if not (callable(name) or isinstance(name, str)):
+    if isinstance(name, str):
+        check_template(name)  # now, also where the arguments are known only per request
+    elif not callable(name):
         raise TypeError(f"A lock name must be a str or a callable, not {type(name).__name__}.")
     if timeout is not None:
         seconds_to_ms(timeout, "timeout")
     validate_blocking_timeout(blocking_timeout)
     if on_busy is not None and not callable(on_busy):
         raise TypeError("on_busy must be a callable or None.")
-    for value, what in ((label, "label"), (using, "using")):
-        if value is not None and not isinstance(value, str):
-            raise TypeError(f"{what} must be a str or None, not {type(value).__name__}.")
+    validate_label(label)
+    if using is not None and not isinstance(using, str):
+        raise TypeError(f"using must be a str or None, not {type(using).__name__}.")
     if auto_renew is not None and not isinstance(auto_renew, bool):
         raise TypeError(f"auto_renew must be True, False or None, not {auto_renew!r}.")
     options = _Options(name, timeout, blocking_timeout, auto_renew, on_busy, label, using)
@@ -105,64 +115,12 @@ def locked(
     return decorate
 
 
-class _Naming:
-    """Turns a call's arguments into its lock name."""
-
-    def __init__(self, spec: NameSpec, signature: inspect.Signature, where: str) -> None:
-        self._signature = signature
-        self._spec = spec
-        self._constant: str | None = None
-        self._var_keyword = next(
-            (p.name for p in signature.parameters.values() if p.kind is p.VAR_KEYWORD), None
-        )
-        # A callable, or attribute or index access, may touch the database (request.user):
-        # async callers compute such names in a thread.
-        self.needs_thread = callable(spec)
-        if callable(spec):
-            return
-        if not spec:
-            raise ValueError("A lock name must not be empty.")
-        fields = [field for _, field, _, _ in string.Formatter().parse(spec) if field is not None]
-        roots = [field.split(".")[0].split("[")[0] for field in fields]
-        if any(not root or root.isdigit() for root in roots):
-            raise ValueError(
-                f"The lock name template {spec!r} must name arguments, as in 'invoice:{{pk}}'."
-            )
-        unknown = [root for root in roots if root not in signature.parameters]
-        if unknown and self._var_keyword is None:
-            raise ValueError(
-                f"The lock name template {spec!r} names {', '.join(map(repr, unknown))}, "
-                f"which {where} does not take (it takes: "
-                f"{', '.join(signature.parameters) or 'nothing'})."
-            )
-        self.needs_thread = fields != roots
-        if not fields:
-            self._constant = validate_name(spec.format())
-
-    def __call__(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
-        if self._constant is not None:
-            return self._constant
-        if callable(self._spec):
-            return validate_name(self._spec(*args, **kwargs))
-        bound = self._signature.bind(*args, **kwargs)
-        bound.apply_defaults()
-        values = dict(bound.arguments)
-        if self._var_keyword is not None:
-            values.update(values.pop(self._var_keyword, {}))
-        try:
-            return validate_name(self._spec.format_map(values))
-        except KeyError as exc:
-            raise TypeError(
-                f"The lock name template {self._spec!r} names {exc}, which this call did not pass."
-            ) from None
-
-
 @dataclass(frozen=True)
 class _Spec:
     """What a @locked callable was decorated with, and how it is called."""
 
     options: _Options
-    naming: _Naming
+    naming: Naming
     label: str
     is_async: bool
     signature: inspect.Signature
@@ -183,7 +141,7 @@ def _spec_for(
             dotted = f"{type(owner).__module__}.{type(owner).__qualname__}"
             spec = cache[key] = _Spec(
                 options,
-                _Naming(options.name, signature, dotted),
+                Naming(options.name, signature, dotted),
                 options.label or dotted,
                 is_async=bool(type(owner).view_is_async),
                 signature=signature,
@@ -193,7 +151,7 @@ def _spec_for(
     dotted = f"{func.__module__}.{func.__qualname__}"
     return _Spec(
         options,
-        _Naming(options.name, signature, dotted),
+        Naming(options.name, signature, dotted),
         options.label or dotted,
         is_async=iscoroutinefunction(func),
         signature=signature,
@@ -218,10 +176,13 @@ class _Call:
         )
 
     def _label(self) -> str:
+        """The label, with the request or the task; shortened, as a long URL must still run."""
         if self.request is not None:
-            return f"{self.spec.label} {self.request.method} {self.request.path}"
-        task_id = _celery_task_id()
-        return self.spec.label if task_id is None else f"{self.spec.label} task {task_id}"
+            label = f"{self.spec.label} {self.request.method} {self.request.path}"
+        else:
+            task_id = _celery_task_id()
+            label = self.spec.label if task_id is None else f"{self.spec.label} task {task_id}"
+        return shorten(label, MAX_LABEL_LENGTH)
 
     def busy(self) -> Any:
         """What the call returns (or raises) when the lock stays busy."""
@@ -281,10 +242,23 @@ class _Call:
         return self.lock.fencing_token is not None
 
 
+def _invalid_name(spec: _Spec, args: tuple[Any, ...], exc: InvalidName) -> HttpResponse:
+    """A view's 400 for a call whose arguments make an invalid name; functions raise ``exc``."""
+    request = _request_in(args)
+    if request is None:
+        raise exc
+    logger.info("%s answers 400: its arguments make an invalid lock name: %s", spec.label, exc)
+    return _answer(request, 400, "invalid", f"This request makes an invalid lock name: {exc}")
+
+
 def _wrap_sync(func: Callable[..., Any], spec: _Spec) -> Callable[..., Any]:
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        call = _Call(spec, spec.naming(args, kwargs), args, kwargs)
+        try:
+            name = spec.naming(args, kwargs)
+        except InvalidName as exc:
+            return _invalid_name(spec, args, exc)
+        call = _Call(spec, name, args, kwargs)
         try:
             acquired = call.lock.acquire()
         except LockUnavailable as exc:
@@ -316,10 +290,13 @@ def _wrap_async(func: Callable[..., Any], spec: _Spec) -> Callable[..., Any]:
 
     @functools.wraps(func)
     async def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if name_in_thread is not None:
-            name = await name_in_thread(args, kwargs)
-        else:
-            name = spec.naming(args, kwargs)
+        try:
+            if name_in_thread is not None:
+                name = await name_in_thread(args, kwargs)
+            else:
+                name = spec.naming(args, kwargs)
+        except InvalidName as exc:
+            return _invalid_name(spec, args, exc)
         call = _Call(spec, name, args, kwargs)
         try:
             acquired = await call.lock.aacquire()
@@ -363,7 +340,7 @@ def _decorate_view_class(cls: type[View], options: _Options) -> type[View]:
 
     dotted = f"{cls.__module__}.{cls.__qualname__}"
     signature = inspect.signature(sync_dispatch)
-    naming = _Naming(options.name, signature, dotted)
+    naming = Naming(options.name, signature, dotted)
     label = options.label or dotted
     locked_sync = _wrap_sync(sync_dispatch, _Spec(options, naming, label, False, signature))
     locked_async = _wrap_async(async_dispatch, _Spec(options, naming, label, True, signature))

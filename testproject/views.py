@@ -13,10 +13,11 @@ import time
 from typing import TYPE_CHECKING
 
 from django import forms
+from django.conf import settings
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 import django_redis_lock
 
@@ -64,6 +65,7 @@ def index(request: HttpRequest) -> HttpResponse:
         "truncated": truncated,
         "max_listed": MAX_LISTED,
         "form": AcquireForm(),
+        "job_seconds": f"{job_seconds():g}",
     }
     return render(request, "testproject/index.html", context)
 
@@ -133,13 +135,19 @@ def release(request: HttpRequest) -> HttpResponseRedirect:
     return redirect("demo")
 
 
-#: How long the demo's locked job runs, in seconds.
-SLOW_JOB_SECONDS = 10
+def job_seconds() -> float:
+    """How long the demo's locked job runs: the DEMO_JOB_SECONDS setting (default 10 s)."""
+    return float(getattr(settings, "DEMO_JOB_SECONDS", 10))
 
 
-@require_GET
+@require_http_methods(["GET", "POST"])
 @django_redis_lock.locked("demo:slow-job:{job}", timeout=30)
 def slow_job(request: HttpRequest, job: str) -> HttpResponse:
-    """A @locked view: open it in two tabs; the second answers 423 while the first runs."""
-    time.sleep(SLOW_JOB_SECONDS)  # the demo's stand-in for real work
-    return render(request, "testproject/slow_job.html", {"job": job, "seconds": SLOW_JOB_SECONDS})
+    """A @locked view: run it in two tabs; the second answers 423 while the first runs.
+
+    The demo page starts it with a POST form that opens a tab: browsers hold back a second
+    GET of a URL that is still loading (to share the answer), but never a POST.
+    """
+    seconds = job_seconds()
+    time.sleep(seconds)  # the demo's stand-in for real work
+    return render(request, "testproject/slow_job.html", {"job": job, "seconds": f"{seconds:g}"})

@@ -6,14 +6,19 @@ import asyncio
 import threading
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.http import HttpRequest, HttpResponse
 from django.test import AsyncClient, Client, override_settings
 from django.test.client import AsyncRequestFactory
+from django.utils.decorators import method_decorator
+from django.views import View
 
 from django_redis_lock import LockBusy, LockUnavailable, get_lock_manager, lock, locked, signals
+from django_redis_lock.lock import MAX_LABEL_LENGTH, MAX_NAME_LENGTH
 from testproject.redis_server import RedisServerGroup
 from testproject.settings import build_caches
 from tests import views
@@ -233,6 +238,48 @@ def test_view_answers_503_when_redis_is_down(
             assert client.get("/custom/").content == b"ran"
 
 
+@pytest.fixture
+def acquired() -> Iterator[list[str]]:
+    """The names of the locks acquired during the test, in order."""
+    names: list[str] = []
+
+    def record(sender: object, name: str, **kwargs: object) -> None:
+        names.append(name)
+
+    signals.lock_acquired.connect(record, weak=False)
+    yield names
+    signals.lock_acquired.disconnect(record)
+
+
+@pytest.mark.parametrize("view", ["doc", "adoc", "cdoc", "acdoc"])
+@pytest.mark.parametrize(
+    ("slug", "status"),
+    [("x" * MAX_NAME_LENGTH, 200), ("x" * (MAX_NAME_LENGTH + 1), 400), ("", 400)],
+)
+def test_url_kwargs_that_make_an_invalid_name_answer_400(
+    view: str, slug: str, status: int, acquired: list[str]
+) -> None:
+    """These views are locked by "{slug}": a name as long as allowed, one too long, empty."""
+    path = f"/{view}/{slug}/"
+
+    async def get(**headers: str) -> Any:
+        if view.startswith("a"):
+            return await AsyncClient().get(path, headers=headers)
+        return Client().get(path, headers=headers)
+
+    plain = asyncio.run(get())
+    as_json = asyncio.run(get(Accept="application/json"))
+    assert (plain.status_code, as_json.status_code) == (status, status)
+    if status == 200:
+        assert plain.content == b"ran"
+        assert acquired == [slug, slug]
+        return
+    assert plain["Content-Type"].startswith("text/plain")
+    assert b"invalid lock name" in plain.content
+    assert as_json.json()["error"] == "invalid"
+    assert acquired == []  # the lock was never taken
+
+
 # -- plain functions -------------------------------------------------------------------------
 
 
@@ -245,6 +292,17 @@ def add(x: int, y: int = 1) -> int:
 @locked("aadd:{x}", on_busy=lambda x, y=1: -1)
 async def aadd(x: int, y: int = 1) -> int:
     return x + y
+
+
+@pytest.mark.parametrize("argument", ["x" * MAX_NAME_LENGTH, "\ud800"])
+def test_arguments_that_make_an_invalid_name_raise_value_error(
+    argument: str, acquired: list[str]
+) -> None:
+    with pytest.raises(ValueError, match="lock name"):
+        add(argument)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="lock name"):
+        asyncio.run(aadd(argument))  # type: ignore[arg-type]
+    assert acquired == []
 
 
 def test_plain_function_runs_locked_or_raises_lock_busy() -> None:
@@ -314,6 +372,101 @@ def test_bad_names_fail_at_decoration(name: Any, error: type[Exception]) -> None
         locked(name)(lambda: None)
 
 
+@locked("export:{user}:{fmt}")
+def export(user: str, fmt: str, inner: tuple[str, str] | None = None) -> str:
+    """Runs ``export(*inner)`` while holding its own lock, when given."""
+    return export(*inner) if inner else "ran"
+
+
+@pytest.mark.parametrize(
+    ("outer", "inner"),
+    [(("a:b", "c"), ("a", "b:c")), (("a", "b:c"), ("a%3Ab", "c")), (("a:", "b"), ("a", ":b"))],
+)
+def test_template_values_never_collide_across_fields(
+    outer: tuple[str, str], inner: tuple[str, str]
+) -> None:
+    assert export(*outer, inner=inner) == "ran"  # not LockBusy: another lock
+
+
+@pytest.mark.parametrize(
+    ("user", "fmt", "name"),
+    [
+        ("ada", "csv", "export:ada:csv"),
+        ("a:b", "c", "export:a%3Ab:c"),
+        ("a", "b:c", "export:a:b%3Ac"),
+        ("50%", "x", "export:50%25:x"),
+    ],
+)
+def test_template_values_are_escaped_as_the_readme_says(user: str, fmt: str, name: str) -> None:
+    held = _hold(name)
+    with pytest.raises(LockBusy):
+        export(user, fmt)
+    held.release()
+
+
+def test_one_field_and_callable_names_are_not_escaped() -> None:
+    @locked("file:{path}")
+    def read(path: str) -> None: ...
+
+    @locked(lambda path: f"call:{path}")
+    def call(path: str) -> None: ...
+
+    for name, function in (("file:a:b%c", read), ("call:a:b%c", call)):
+        held = _hold(name)
+        with pytest.raises(LockBusy):
+            function("a:b%c")
+        held.release()
+
+
+@pytest.mark.parametrize(
+    ("template", "error"),
+    [
+        ("{a}{b}", "side by side"),
+        ("x:{a}%{b}", "must not start with '%'"),
+        ("x:{a:{b}}", "format spec"),
+        ("x:{a!z}", "conversion"),
+        ("x:{a..b}", "attributes or"),
+    ],
+)
+def test_ambiguous_or_malformed_templates_fail_at_decoration(template: str, error: str) -> None:
+    with pytest.raises(ValueError, match=error):
+        locked(template)  # before it knows what it decorates (method_decorator)
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        "x:{request.__class__.__init__.__globals__}",
+        "x:{request._messages}",
+        "x:{request.GET[_x]}",
+        "x:{_private}",
+        "x:{request.user._meta}",
+    ],
+)
+def test_fields_reading_private_names_fail_at_decoration(template: str) -> None:
+    def view(request: object, _private: int = 0) -> None: ...
+
+    class Page(View):
+        def get(self, request: HttpRequest) -> HttpResponse: ...
+
+    for target in (view, Page):
+        with pytest.raises(ValueError, match="starting with '_'"):
+            locked(template)(target)
+    with pytest.raises(ValueError, match="starting with '_'"):
+        method_decorator(locked(template), name="dispatch")  # before any request
+
+
+def test_fields_read_attributes_and_indexes() -> None:
+    @locked("pick:{data[items][1]}:{data[key.with.dots]}:{point.real!r:>5}")
+    def pick(data: dict[str, Any], point: complex) -> str:
+        return "ran"
+
+    held = _hold("pick:b:x:  2.0")
+    with pytest.raises(LockBusy):
+        pick({"items": ["a", "b"], "key.with.dots": "x"}, 2 + 1j)
+    held.release()
+
+
 @pytest.mark.parametrize(
     "options",
     [{"timeout": 0}, {"blocking_timeout": -1}, {"on_busy": "x"}, {"label": 1}, {"auto_renew": 1}],
@@ -321,6 +474,33 @@ def test_bad_names_fail_at_decoration(name: Any, error: type[Exception]) -> None
 def test_bad_options_fail_at_decoration(options: dict[str, Any]) -> None:
     with pytest.raises((TypeError, ValueError)):
         locked("x", **options)
+
+
+def test_label_longer_than_the_maximum_fails_at_decoration() -> None:
+    locked("x", label="x" * MAX_LABEL_LENGTH)(lambda: None)
+    with pytest.raises(ValueError, match="at most 256"):
+        locked("x", label="x" * (MAX_LABEL_LENGTH + 1))(lambda: None)
+
+
+def test_a_long_request_path_shortens_the_default_label(client: Client) -> None:
+    path = "/labelled/" + "y" * 3000
+    response = client.get(path)
+    assert response.status_code == 200
+    assert response.content.decode() == f"tests.views.labelled GET {path}"[:255] + "\u2026"
+
+
+def test_a_task_label_is_shortened_to_the_maximum() -> None:
+    pytest.importorskip("celery", reason="Celery is not installed (pip install .[test])")
+    from testproject.celery import app
+
+    @app.task
+    @locked("long-label-task", label="t" * MAX_LABEL_LENGTH)
+    def long_label_task() -> str | None:
+        info = get_lock_manager().get("long-label-task")
+        return None if info is None else info.label
+
+    label = long_label_task.apply().get(timeout=10)
+    assert label == "t" * (MAX_LABEL_LENGTH - 1) + "\u2026"
 
 
 def test_decorating_a_class_that_is_not_a_view_fails() -> None:

@@ -78,6 +78,7 @@ def test_invalid_form(client: Client) -> None:
 def test_posts_need_csrf_and_post() -> None:
     client = Client(enforce_csrf_checks=True)
     assert client.post("/acquire/", {"name": "x", "timeout": "1"}).status_code == 403
+    assert client.post("/slow-job/nightly/").status_code == 403
     assert client.get("/acquire/").status_code == 405
     assert client.get("/release/").status_code == 405
 
@@ -91,3 +92,29 @@ def test_redis_down_shows_the_error(client: Client, redis_factory: RedisServerGr
         assert "Redis is unavailable" in response.content.decode()
         response = client.post("/acquire/", {"name": "x", "timeout": "5"}, follow=True)
         assert _messages(response)[0].startswith("Redis is unavailable")
+
+
+@override_settings(DEMO_JOB_SECONDS=0.01)
+@pytest.mark.parametrize("method", ["post", "get"])
+def test_the_locked_job_runs_or_answers_423(client: Client, method: str) -> None:
+    run = getattr(client, method)
+    response = run("/slow-job/nightly/")
+    assert response.status_code == 200
+    assert "It held <code>demo:slow-job:nightly</code> for 0.01 s" in response.content.decode()
+    assert django_redis_lock.get_lock_manager().get("demo:slow-job:nightly") is None
+
+    other = django_redis_lock.lock("demo:slow-job:nightly", timeout=20, auto_renew=False)
+    assert other.acquire()
+    busy = run("/slow-job/nightly/")
+    assert busy.status_code == 423
+    assert busy["Retry-After"] in ("19", "20")
+    other.release()
+
+
+def test_the_demo_page_starts_the_job_with_a_post_that_opens_a_tab(client: Client) -> None:
+    with override_settings(DEMO_JOB_SECONDS=2.5):  # read when the page is rendered
+        content = client.get("/").content.decode()
+    assert '<form class="inline" method="post" action="/slow-job/nightly/" target="_blank">' in (
+        content
+    )
+    assert "<code>demo:slow-job:nightly</code>\n    for 2.5 s" in content

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django.urls import path
+from django.urls import path, re_path
 
 from tests import views
 
@@ -12,6 +12,7 @@ urlpatterns = [
     path("profile/", views.profile),
     path("item/<str:item>/", views.by_callable),
     path("custom/", views.custom_busy),
+    re_path(r"^labelled/(?P<rest>.*)$", views.labelled),
     path("boom/", views.boom),
     path("stream/", views.stream),
     path("gated/<str:name>/", views.gated),
@@ -23,4 +24,9 @@ urlpatterns = [
     path("stacked/<int:pk>/", views.StackedReportView.as_view()),
     path("astacked/<int:pk>/", views.AsyncStackedReportView.as_view()),
     path("asubclass/<int:pk>/", views.AsyncSubclassView.as_view()),
+    # Any slug, the empty one included, for names that come out too long or empty.
+    re_path(r"^doc/(?P<slug>.*)/$", views.doc),
+    re_path(r"^adoc/(?P<slug>.*)/$", views.adoc),
+    re_path(r"^cdoc/(?P<slug>.*)/$", views.DocView.as_view()),
+    re_path(r"^acdoc/(?P<slug>.*)/$", views.AsyncDocView.as_view()),
 ]

@@ -51,6 +51,11 @@ def by_callable(request: HttpRequest, item: str) -> HttpResponse:
     return HttpResponse(str(get_lock_manager().get(f"item:{item.upper()}") is not None))
 
 
+@locked("labelled")
+def labelled(request: HttpRequest, rest: str) -> HttpResponse:
+    return HttpResponse(_label_of("labelled"))
+
+
 @locked("custom", on_busy=lambda request: HttpResponse("come back later", status=409))
 def custom_busy(request: HttpRequest) -> HttpResponse:
     return HttpResponse("ran")
@@ -126,3 +131,26 @@ class AsyncSubclassView(ClassDecoratedView):
 
     async def get(self, request: HttpRequest, pk: int) -> HttpResponse:  # type: ignore[override]
         return HttpResponse(str(await lock(f"klass:{pk}").alocked()))
+
+
+# The slug is the whole name: a URL can make it empty or too long.
+@locked("{slug}")
+def doc(request: HttpRequest, slug: str) -> HttpResponse:
+    return HttpResponse("ran")
+
+
+@locked("{slug}")
+async def adoc(request: HttpRequest, slug: str) -> HttpResponse:
+    return HttpResponse("ran")
+
+
+@method_decorator(locked("{slug}"), name="dispatch")
+class DocView(View):
+    def get(self, request: HttpRequest, slug: str) -> HttpResponse:
+        return HttpResponse("ran")
+
+
+@locked("{slug}")
+class AsyncDocView(View):
+    async def get(self, request: HttpRequest, slug: str) -> HttpResponse:
+        return HttpResponse("ran")
