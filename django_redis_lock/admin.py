@@ -163,7 +163,7 @@ class LockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # not subscriptabl
             raise PermissionDenied
         name = name_from_segment(object_id)
         manager = self.manager()
-        context = self._context(request, _shown(name, None), lock=None)
+        context = self._context(request, _shown(name), lock=None)  # the heading: cut
         try:
             info = manager.get(name)
             if info is None:

@@ -342,6 +342,8 @@ def test_long_texts_are_cut_in_the_list_and_whole_on_the_detail_page(
     page = admin_client.get(CHANGELIST + name + "/").content.decode()
     assert label in page
     assert owner in page
+    assert name in page
+    assert f"<h1>{'n' * (LIST_TEXT_LIMIT - 1)}…</h1>" in page  # the heading is cut
     selection = [form_value(name, 1)]
     admin_client.post(
         CHANGELIST, {"action": "release_selected", "_selected_action": selection, "post": "yes"}
