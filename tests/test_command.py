@@ -111,8 +111,12 @@ def test_redis_down_is_a_command_error(redis_factory: RedisServerGroup) -> None:
                 _run(*args)
 
 
-def _manage(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "testproject.settings"}
+def _manage(
+    *args: str, stdin: str | None = None, settings: str | None = "testproject.settings"
+) -> subprocess.CompletedProcess[str]:
+    env = {key: value for key, value in os.environ.items() if key != "DJANGO_SETTINGS_MODULE"}
+    if settings:
+        env["DJANGO_SETTINGS_MODULE"] = settings
     return subprocess.run(
         [sys.executable, "manage.py", "locks", *args],
         cwd=ROOT,
@@ -141,6 +145,30 @@ def test_as_a_subprocess() -> None:
     assert cleared.returncode == 0
     assert "Released 2 locks." in cleared.stdout
     assert list(get_lock_manager().list()) == []
+
+
+@pytest.mark.slow
+def test_common_options_work_after_the_subcommand(tmp_path: Path) -> None:
+    (tmp_path / "db1_settings.py").write_text(
+        "from testproject.settings import *  # noqa: F403\nREDIS_LOCK = {'CACHE': 'locks_db1'}\n"
+    )
+    hold("on-default")
+    hold("on-db1", using="locks_db1")
+    options = ["--pythonpath", str(tmp_path), "--settings=db1_settings", "-v", "2"]
+    listed = _manage("list", "--json", *options, "--skip-checks", "--no-color", settings=None)
+    assert listed.returncode == 0, listed.stderr
+    assert [item["name"] for item in json.loads(listed.stdout)] == ["on-db1"]
+    colored = _manage("list", "--force-color")
+    assert colored.returncode == 0, colored.stderr
+    assert "\x1b[" in colored.stdout.splitlines()[0]  # the heading, coloured on request
+    before = _manage("--verbosity", "0", "show", "nope", "--traceback")
+    assert "Traceback" in before.stderr  # before and after the subcommand, together
+    assert "CommandError: No lock named 'nope' is held." in before.stderr
+    assert "on-db1" in _run("list", "--using", "locks_db1")
+    assert "on-db1" in _run("--using", "locks_db1", "list")
+    bad = _manage("list", "-v", "7")
+    assert bad.returncode == 2
+    assert "invalid choice: 7" in bad.stderr
 
 
 @pytest.mark.slow

@@ -7,6 +7,8 @@ and ttl.
 
 from __future__ import annotations
 
+import argparse
+import copy
 import itertools
 import math
 import sys
@@ -24,6 +26,20 @@ from django_redis_lock.manager import LockInfo, LockManager, get_lock_manager
 _WIDTH_SAMPLE = 500
 _MAX_WIDTH = 60
 _COLUMNS = ("NAME", "TTL", "OWNER", "LABEL", "ACQUIRED", "TOKEN")
+# Options of the whole command (by dest): Django's common ones and --using. They are accepted
+# after the subcommand as well, where users put them.
+_COMMON_OPTIONS = frozenset(
+    {
+        "verbosity",
+        "settings",
+        "pythonpath",
+        "traceback",
+        "no_color",
+        "force_color",
+        "skip_checks",
+        "using",
+    }
+)
 
 
 def as_json(info: LockInfo) -> dict[str, Any]:
@@ -66,6 +82,17 @@ def _quoted(name: str) -> str:
     return f"'{safe_text(name)}'"
 
 
+def _accept_common_options(subcommand: CommandParser, parser: CommandParser) -> None:
+    """Give ``subcommand`` the common options of ``parser`` (``--settings``, ``-v``, ``--using``),
+    listed after its own: given after the subcommand they apply, else the values given before
+    it (or the defaults) stand."""
+    for action in parser._actions:
+        if action.dest in _COMMON_OPTIONS:
+            option = copy.copy(action)
+            option.default = argparse.SUPPRESS
+            subcommand._add_action(option)
+
+
 class Command(BaseCommand):
     """List, show, release and clear the locks of the REDIS_LOCK cache (or --using)."""
 
@@ -90,6 +117,8 @@ class Command(BaseCommand):
         clear.add_argument(
             "--dry-run", action="store_true", help="List what would be released; release nothing."
         )
+        for subcommand in (listing, show, release, clear):
+            _accept_common_options(subcommand, parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
