@@ -7,6 +7,7 @@ import json
 import logging
 import math
 import re
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -293,11 +294,11 @@ class LockManager:
     def clear(self, pattern: str = "*", progress: Callable[[int, int], None] | None = None) -> int:
         """Force-release the held locks :meth:`list` shows for ``pattern``; how many.
 
-        Only holds taken before the clear started are released, each by its fencing token: a
-        lock handed to a waiter (or taken anew) while it runs is left to its new holder, and
-        a holder whose lock was cleared learns it (LockNotOwned) when it releases. Every batch
-        of keys costs two round trips. ``progress(released, handed_over)`` is called after
-        each batch; ``handed_over`` counts locks a waiter took at once.
+        Each is released by its fencing token, except holds taken while the clear runs: a
+        lock handed to a waiter (or taken anew) meanwhile is left to its new holder. A holder
+        whose lock was cleared learns it (LockNotOwned) when it releases. Every batch of keys
+        costs two round trips. ``progress(released, handed_over)`` is called after each
+        batch; ``handed_over`` counts locks a waiter took at once.
         """
         backend, released, handed_over, skipped = self._backend, 0, 0, 0
         try:
@@ -305,11 +306,15 @@ class LockManager:
         except redis.RedisError as exc:
             raise LockUnavailable(f"Could not clear locks: {exc}") from exc
         started = _EPOCH + datetime.timedelta(seconds=int(seconds), microseconds=int(micros))
+        clock = time.monotonic()
         for found, unreadable in self._batches(pattern):
             skipped += unreadable
+            # Taken since the start by the server's clock, give or take a second of the
+            # client's; a start time later than that (written by hand) is no reason to spare.
+            running = datetime.timedelta(seconds=time.monotonic() - clock + 1)
             write = backend.client.pipeline(transaction=False)
             for info in found:
-                if info.acquired_at < started:
+                if not started <= info.acquired_at <= started + running:
                     keys = backend.keys_for(info.name).all
                     args = [tombstone_ms(), info.fencing_token]
                     backend.scripts.force_release(keys=keys, args=args, client=write)

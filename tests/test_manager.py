@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import logging
 
@@ -158,10 +159,11 @@ def test_clear_releases_what_dry_run_lists(redis_client: redis.Redis) -> None:
     held = _hold("forever", "leased", auto_renew=False)
     redis_client.persist(held[0]._keys.lock)  # no TTL: only a release ends it
     forge(redis_client, "forged", t="+0042", a="-5")
+    forge(redis_client, "future", a=str(32_503_680_000_000_000))  # the year 3000
     forge(redis_client, "garbage", a="1" * 30)
     manager = get_lock_manager()
     listed = sorted(info.name for info in manager.list())
-    assert listed == ["forever", "forged", "leased"]
+    assert listed == ["forever", "forged", "future", "leased"]
     assert manager.clear() == len(listed)
     assert list(manager.list()) == []
     assert lock("garbage").locked()  # not listed, not cleared: `locks release` frees it
@@ -185,3 +187,23 @@ def test_bad_patterns_are_refused(pattern: object, error: type[Exception]) -> No
         list(get_lock_manager().list(pattern))  # type: ignore[arg-type]
     with pytest.raises(error, match="pattern"):
         get_lock_manager().clear(pattern)  # type: ignore[arg-type]
+
+
+def test_clear_leaves_holds_taken_while_it_runs() -> None:
+    names = [f"busy:{i}" for i in range(3 * 500)]  # three batches
+    first = _hold(*names, auto_renew=False)
+    second: list[Lock] = []
+    batches: list[int] = []
+
+    def progress(released: int, handed_over: int) -> None:
+        batches.append(released)
+        if len(batches) == 1:  # every holder gives its lock up and takes it again
+            for each in first:
+                with contextlib.suppress(LockNotOwned):  # the cleared ones
+                    each.release()
+            second.extend(_hold(*names, auto_renew=False))
+
+    assert get_lock_manager().clear("busy:*", progress=progress) == batches[0]
+    assert len(batches) == 3
+    assert 0 < batches[0] < len(names)
+    assert all(each.owned() for each in second)  # the released ones were taken anew, too
