@@ -60,8 +60,8 @@ class Released:
     """A hold that a force release ended."""
 
     name: str
-    #: The hold as it was listed; None when its data was not a lock's (written by something
-    #: else than this library), which a release by name ends all the same.
+    #: The hold released, as a listing shows one; None when its data was not a lock's
+    #: (written by something else than this library), which a release by name ends too.
     info: LockInfo | None
     #: Whether a waiting client took the lock over at once.
     handed_over: bool
