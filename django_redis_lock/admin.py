@@ -2,12 +2,15 @@
 
 Locks are read from Redis through the LockManager, a page at a time (SCAN), never from the
 database; the unmanaged ``Lock`` model only carries the permissions: ``view_lock`` to see,
-``delete_lock`` to release. Each release is written to the admin log with its holder.
+``delete_lock`` to release. Each release is written to the admin log with its holder. Every
+text from Redis is shown through :func:`~django_redis_lock.display.safe_text`, and cut in
+the list (the detail page shows it whole), so no content can hide or push away the columns.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 from urllib.parse import quote as url_quote
 from urllib.parse import unquote as url_unquote
@@ -23,13 +26,22 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 
+from django_redis_lock.display import safe_text
 from django_redis_lock.exceptions import LockUnavailable
-from django_redis_lock.manager import LockInfo, LockManager, get_lock_manager
+from django_redis_lock.lock import shorten
+from django_redis_lock.manager import LockInfo, LockManager, Released, get_lock_manager
 from django_redis_lock.models import Lock
 
 #: The action of the changelist's action bar.
 RELEASE_ACTION = "release_selected"
+#: Names, owners and labels are cut to this many characters in the list and confirmation.
+LIST_TEXT_LIMIT = 100
 _GLOB_CHARACTERS = frozenset("*?[")
+_SELECTION = re.compile(r"(?:(-?[0-9]{1,20}):)?([^:]*)")  # [token:]quoted name
+_MAX_CURSOR = 2**64 - 1  # SCAN cursors are unsigned 64-bit numbers
+_BAD_CURSOR = (
+    "This page link is not valid: its page position is garbled. Start from the first page."
+)
 
 
 def form_value(name: str, fencing_token: int | None = None) -> str:
@@ -41,10 +53,25 @@ def form_value(name: str, fencing_token: int | None = None) -> str:
 
 def from_form_value(value: str) -> tuple[str, int | None]:
     """The name and fencing token (None: any hold) of a :func:`form_value`."""
-    token, _, encoded = value.rpartition(":")
-    if token and not token.isdigit():
-        raise ValueError(f"Not a lock selection: {value[:100]!r}.")
+    match = _SELECTION.fullmatch(value)
+    if match is None:
+        raise ValueError(f"Not a lock selection: '{value[:100]}'.")  # shown through safe_text
+    token, encoded = match.groups()
     return url_unquote(encoded), int(token) if token else None
+
+
+def page_cursor(text: str) -> int:
+    """The SCAN cursor of a page link, or a ValueError an operator can read."""
+    digits = text.isascii() and text.isdigit() and len(text) <= len(str(_MAX_CURSOR))
+    if not digits or int(text) > _MAX_CURSOR:
+        raise ValueError(_BAD_CURSOR)
+    return int(text)
+
+
+def _shown(text: str, limit: int | None = LIST_TEXT_LIMIT) -> str:
+    """``text`` safe for operators, cut to ``limit`` characters (None: whole)."""
+    text = safe_text(text)
+    return text if limit is None else shorten(text, limit)
 
 
 # "." and ".." would be taken for path steps; admin quoting never yields "_" then a lowercase
@@ -113,9 +140,11 @@ class LockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # not subscriptabl
         if request.method == "POST":
             return self._release_action(request)
         query = request.GET.get("q", "").strip()
-        context = self._context(request, "Held locks", query=query, locks=[], next_url=None)
+        context = self._context(
+            request, "Held locks", query=query, shown_query=_shown(query), locks=[], next_url=None
+        )
         try:
-            cursor = int(request.GET.get("cursor", "0"))
+            cursor = page_cursor(request.GET.get("cursor", "0"))
             page = self.manager().page(
                 search_pattern(query) if query else "*", cursor, self.list_per_page
             )
@@ -133,16 +162,28 @@ class LockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # not subscriptabl
         if not self.has_view_permission(request):
             raise PermissionDenied
         name = name_from_segment(object_id)
+        manager = self.manager()
+        context = self._context(request, _shown(name), lock=None)  # the heading: cut
         try:
-            info = self.manager().get(name)
+            info = manager.get(name)
+            if info is None:
+                error = self._not_listed(manager, name)
+                return self._render(request, "detail", context, error=error, status=404)
         except ValueError as exc:
             raise Http404(str(exc)) from None
         except LockUnavailable as exc:
-            context = self._context(request, name, lock=None)
             return self._render(request, "detail", context, error=str(exc), status=503)
-        if info is None:
-            raise Http404(f"No lock named {name!r} is held.")
-        return self._render(request, "detail", self._context(request, name, lock=self._row(info)))
+        context["lock"] = self._row(info, None)
+        return self._render(request, "detail", context)
+
+    def _not_listed(self, manager: LockManager, name: str) -> str:
+        """Why the lock ``name`` has no LockInfo: not held, or data this library did not write."""
+        if manager.lock(name).locked():
+            return (
+                f"The lock '{_shown(name)}' is held, but its data is not readable (this library "
+                "did not write it): release it with `manage.py locks release`."
+            )
+        return f"No lock named '{_shown(name)}' is held."
 
     def _release_action(self, request: HttpRequest) -> HttpResponse:
         """Django's action flow: the selection, a confirmation page, then the release."""
@@ -156,49 +197,82 @@ class LockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # not subscriptabl
             if not selected:
                 return self._back(request, "Select the locks to release.", messages.WARNING)
             if request.POST.get("post") != "yes":
-                held = [(name, manager.get(name)) for name, _ in selected]
-                rows = [
-                    (name, info, form_value(name, info.fencing_token) if info else None)
-                    for name, info in held
-                ]
-                context = self._context(request, "Release locks?", held=rows, action=RELEASE_ACTION)
-                context["action_checkbox_name"] = ACTION_CHECKBOX_NAME
-                return self._render(request, "release_confirmation", context)
+                return self._confirmation(request, manager, [name for name, _ in selected])
             # Only the holds the operator confirmed: a lock taken over since stays held.
-            released = sum(
+            released = [
                 self._release(request, manager, name, token)
                 for name, token in selected
                 if token is not None
-            )
+            ]
         except ValueError as exc:
-            return self._back(request, str(exc), messages.ERROR)
+            return self._back(request, safe_text(str(exc)), messages.ERROR)
         except LockUnavailable as exc:
             return self._back(request, f"Redis is unavailable: {exc}", messages.ERROR)
-        skipped = len(selected) - released
-        text = f"Released {released} lock{'s' if released != 1 else ''}."
-        if skipped:
+        return self._released(request, [each for each in released if each], len(selected))
+
+    def _confirmation(
+        self, request: HttpRequest, manager: LockManager, names: list[str]
+    ) -> HttpResponse:
+        """The page that asks before releasing: who holds each lock, and what happens."""
+        rows = []
+        for name in names:
+            info = manager.get(name)
+            if info is None:
+                rows.append({"name": _shown(name), "why": self._not_listed(manager, name)})
+            else:
+                rows.append({**self._row(info), "value": form_value(name, info.fencing_token)})
+        context = self._context(request, "Release locks?", held=rows, action=RELEASE_ACTION)
+        context["action_checkbox_name"] = ACTION_CHECKBOX_NAME
+        return self._render(request, "release_confirmation", context)
+
+    def _released(
+        self, request: HttpRequest, released: list[Released], selected: int
+    ) -> HttpResponseRedirect:
+        """Back to the list, saying what was released and who took it over."""
+        count, handed = len(released), sum(each.handed_over for each in released)
+        text = f"Released {count} lock{'s' if count != 1 else ''}"
+        if handed:
+            by = "a waiting client" if handed == 1 else "waiting clients"
+            text += f"; {handed} taken over at once by {by}."
+        elif count:
+            text += f"; no client was waiting for {'it' if count == 1 else 'them'}."
+        else:
+            text += "."
+        if selected > count:
+            skipped = selected - count
             text += (
                 f" {skipped} {'was' if skipped == 1 else 'were'} not released: no longer held, "
                 "or held by someone else than the holder you confirmed."
             )
-        return self._back(request, text, messages.SUCCESS if released else messages.WARNING)
+        return self._back(request, text, messages.SUCCESS if count else messages.WARNING)
 
-    def _release(self, request: HttpRequest, manager: LockManager, name: str, token: int) -> bool:
-        info = manager.force_release(name, fencing_token=token)
-        if info is None:
-            return False
+    def _release(
+        self, request: HttpRequest, manager: LockManager, name: str, token: int
+    ) -> Released | None:
+        released = manager.force_release(name, fencing_token=token)
+        if released is not None:
+            self._log(request, released)
+        return released
+
+    def _log(self, request: HttpRequest, released: Released) -> None:
+        """Write a release to the admin log (Recent actions): which lock, and who held it."""
+        name, info = safe_text(released.name), released.info
+        holder = f"held by {safe_text(info.owner)}" if info else "whose data was not readable"
+        details = (
+            f" (label: {safe_text(info.label or '-')}, fencing token {info.fencing_token}, "
+            f"acquired {info.acquired_at.isoformat()})"
+            if info
+            else ""
+        )
+        taken = "; a waiting client took it over at once" if released.handed_over else ""
         LogEntry.objects.create(
             user_id=request.user.pk or 0,  # admin views always have a user
             content_type_id=ContentType.objects.get_for_model(Lock).pk,
-            object_id=name,
-            object_repr=name[:200],
-            action_flag=DELETION,
-            change_message=(
-                f"Released lock {name!r} held by {info.owner} (label: {info.label or '-'}, "
-                f"fencing token {info.fencing_token}, acquired {info.acquired_at.isoformat()})."
-            ),
+            object_id=released.name,
+            object_repr=shorten(f"Released {name} {holder}", 200),
+            action_flag=DELETION,  # the hold is gone: Recent actions shows it without a link
+            change_message=f"Released lock '{name}' {holder}{details}{taken}.",
         )
-        return True
 
     def _back(self, request: HttpRequest, text: str, level: int) -> HttpResponseRedirect:
         self.message_user(request, text, level)
@@ -206,7 +280,8 @@ class LockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # not subscriptabl
         url = reverse("admin:django_redis_lock_lock_changelist", current_app=self.admin_site.name)
         return HttpResponseRedirect(url + ("?" + urlencode({"q": query}) if query else ""))
 
-    def _row(self, info: LockInfo) -> dict[str, Any]:
+    def _row(self, info: LockInfo, limit: int | None = LIST_TEXT_LIMIT) -> dict[str, Any]:
+        """What a template shows of ``info``: its texts safe, and cut to ``limit``."""
         url = reverse(
             "admin:django_redis_lock_lock_change",
             args=[detail_path_segment(info.name)],
@@ -214,6 +289,9 @@ class LockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # not subscriptabl
         )
         return {
             "info": info,
+            "name": _shown(info.name, limit),
+            "owner": _shown(info.owner, limit),
+            "label": _shown(info.label, limit) if info.label else None,
             "url": url,
             "value": form_value(info.name),
             "expires": math.isfinite(info.ttl),

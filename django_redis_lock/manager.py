@@ -6,9 +6,11 @@ import datetime
 import json
 import logging
 import math
+import re
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import redis
 
@@ -25,12 +27,10 @@ _MAX_CURSOR = 2**64 - 1
 # on a large database; the page then ends early with a cursor to go on from.
 _MAX_SCANS_PER_PAGE = 50
 # Lists, spelt here: inside LockManager, "list" is a method.
-KeyBatch = list[str]
+KeyBatch = list["bytes | str"]
 InfoList = list["LockInfo"]
 # Keys fetched per pipelined round trip while listing or clearing.
 BATCH_SIZE = 500
-# The hash fields of a held lock, in the order LockInfo is built from.
-_FIELDS = ("s", "t", "o", "l", "a")
 
 
 @dataclass(frozen=True)
@@ -55,27 +55,76 @@ class LockInfo:
     ttl: float
 
 
+@dataclass(frozen=True)
+class Released:
+    """A hold that a force release ended."""
+
+    name: str
+    #: The hold released, as a listing shows one; None when its data was not a lock's
+    #: (written by something else than this library), which a release by name ends too.
+    info: LockInfo | None
+    #: Whether a waiting client took the lock over at once.
+    handed_over: bool
+
+
 def _text(value: bytes | str) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
-def _info(name: str, fields: list[Any], pttl: int) -> LockInfo | None:
-    """The LockInfo of a lock hash, or None for a tombstone, a gone key or a damaged one."""
-    secret, token, owner, label, acquired_at = fields
-    if not secret or pttl == -2:
+# Integer text as the scripts write it ("5"), or as others may ("0005", "-5", "+7"); the
+# scripts read the same text as the same number.
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+# Lua numbers are doubles: below this, the scripts compare fencing tokens exactly.
+_EXACT_TOKENS = 2**53
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=_UTC)
+
+
+def _integer(value: object, limit: int | None = None) -> int | None:
+    if not isinstance(value, str) or not _INTEGER.fullmatch(value):
         return None
     try:
-        return LockInfo(
-            name=name,
-            fencing_token=int(token),
-            owner=owner or "",
-            label=label or None,
-            acquired_at=datetime.datetime.fromtimestamp(int(acquired_at) / 1e6, tz=_UTC),
-            ttl=math.inf if pttl == -1 else pttl / 1000,
-        )
-    except (TypeError, ValueError):  # written by something else than this library
-        logger.warning("Skipped the lock %r: its Redis hash is not a lock's.", name)
+        number = int(value)
+    except ValueError:  # more digits than Python converts
         return None
+    return number if limit is None or abs(number) < limit else None
+
+
+def _moment(micros: int | None) -> datetime.datetime | None:
+    """The aware UTC datetime ``micros`` microseconds after the epoch, if there is one."""
+    try:
+        return None if micros is None else _EPOCH + datetime.timedelta(microseconds=micros)
+    except OverflowError:
+        return None
+
+
+def _info(name: str, fields: Sequence[object], pttl: int) -> LockInfo | None:
+    """The LockInfo of a held lock's fields (token, owner, label, acquired-at), or None when
+    they are not what this library writes: a token that is not an integer the scripts compare
+    exactly, a time that is not one datetime can show."""
+    token, owner, label, acquired_at = fields
+    fencing_token = _integer(token, _EXACT_TOKENS)
+    moment = _moment(_integer(acquired_at))
+    if fencing_token is None or moment is None:
+        return None
+    return LockInfo(
+        name=name,
+        fencing_token=fencing_token,
+        owner=owner if isinstance(owner, str) else "",
+        label=label if isinstance(label, str) and label else None,
+        acquired_at=moment,
+        ttl=math.inf if pttl == -1 else pttl / 1000,
+    )
+
+
+def _warn_skipped(count: int) -> None:
+    if count:
+        logger.warning(
+            "Skipped %d held lock%s whose Redis data this library did not write (a name, hash "
+            "tag, fencing token or time it cannot show); `manage.py locks release NAME` frees "
+            "one.",
+            count,
+            "" if count == 1 else "s",
+        )
 
 
 def validate_pattern(pattern: object) -> str:
@@ -120,10 +169,16 @@ class LockManager:
         """The held locks whose names match the glob ``pattern``, read with SCAN.
 
         A generator: memory stays flat however many locks there are. Locks taken or released
-        while it runs may or may not appear, as with SCAN itself.
+        while it runs may or may not appear, as with SCAN itself. Held locks whose data this
+        library did not write are skipped, with one warning that counts them.
         """
-        for keys in self._scan(pattern):
-            yield from self._fetch(keys)
+        skipped = 0
+        try:
+            for found, unreadable in self._batches(pattern):
+                skipped += unreadable
+                yield from found
+        finally:
+            _warn_skipped(skipped)
 
     def page(self, pattern: str = "*", cursor: int = 0, size: int = 100) -> LockPage:
         """One page of held locks matching ``pattern``, from SCAN ``cursor`` on.
@@ -131,7 +186,7 @@ class LockManager:
         Reads only as much of the keyspace as the page needs, so the first page of a million
         locks costs what the first page of ten does. Pages hold about ``size`` locks (SCAN
         gives no exact counts), fewer when a sparse match ends a page early;
-        ``next_cursor`` is 0 on the last page.
+        ``next_cursor`` is 0 on the last page. Skips what :meth:`list` skips.
         """
         match = self._backend.scan_pattern(validate_pattern(pattern))
         if (
@@ -140,63 +195,93 @@ class LockManager:
             or not 0 <= cursor <= _MAX_CURSOR
         ):
             raise ValueError(f"A SCAN cursor is a whole number from 0 to 2**64-1, not {cursor!r}.")
-        found: list[LockInfo] = []
+        found: InfoList = []
+        skipped = 0
         try:
             count = size
             for _ in range(_MAX_SCANS_PER_PAGE):
                 cursor, keys = self._backend.client.scan(cursor, match=match, count=count)
                 count = min(count * 2, 10 * BATCH_SIZE)  # read faster where matches are sparse
-                found.extend(self._fetch([_text(key) for key in keys]) if keys else ())
+                if keys:
+                    infos, unreadable = self._fetch_keys(keys)
+                    found.extend(infos)
+                    skipped += unreadable
                 if cursor == 0 or len(found) >= size:
                     break
         except redis.RedisError as exc:
             raise LockUnavailable(f"Could not list locks: {exc}") from exc
+        _warn_skipped(skipped)
         return LockPage(sorted(found, key=lambda info: info.name), int(cursor))
 
-    def _scan(self, pattern: str) -> Iterator[Sequence[str]]:
-        """The lock keys whose names match ``pattern``, in batches, with SCAN (never KEYS)."""
+    def _batches(self, pattern: str) -> Iterator[tuple[InfoList, int]]:
+        """The held locks matching ``pattern`` and how many were skipped, a SCAN batch at a
+        time (never KEYS)."""
         match = self._backend.scan_pattern(validate_pattern(pattern))
         batch: KeyBatch = []
         try:
             for key in self._backend.client.scan_iter(match=match, count=BATCH_SIZE):
-                batch.append(_text(key))
+                batch.append(key)
                 if len(batch) == BATCH_SIZE:
-                    yield batch
+                    yield self._fetch_keys(batch)
                     batch = []
         except redis.RedisError as exc:
             raise LockUnavailable(f"Could not list locks: {exc}") from exc
         if batch:
-            yield batch
+            yield self._fetch_keys(batch)
 
-    def _fetch(self, keys: Sequence[str], names: Sequence[str] | None = None) -> InfoList:
-        """The held locks among ``keys`` (named ``names``, else from the keys), in one round
-        trip."""
+    def _name_of(self, key: bytes | str) -> str | None:
+        """The lock name of a lock key found by SCAN; None when no ``lock()`` reaches that key
+        (bytes that are not UTF-8, not a valid lock name, or a hash tag not the name's)."""
         try:
-            values = json.loads(_text(self._backend.scripts.read(keys=keys)))
+            text = key.decode() if isinstance(key, bytes) else key
+            name = validate_name(self._backend.name_from_key(text))
+        except ValueError:  # UnicodeDecodeError is one
+            return None
+        return name if self._backend.keys_for(name).lock == text else None
+
+    def _fetch_keys(self, keys: Sequence[bytes | str]) -> tuple[InfoList, int]:
+        return self._fetch(keys, [self._name_of(key) for key in keys])
+
+    def _fetch(
+        self, keys: Sequence[bytes | str], names: Sequence[str | None]
+    ) -> tuple[InfoList, int]:
+        """The held locks among ``keys`` (named ``names``; None: a key no lock reaches) in one
+        round trip, and how many held ones cannot be shown truthfully."""
+        raw = cast("Sequence[str]", keys)  # redis-py sends bytes (keys not UTF-8) as they are
+        try:
+            values = json.loads(_text(self._backend.scripts.read(keys=raw)))
         except redis.RedisError as exc:
             raise LockUnavailable(f"Could not read locks: {exc}") from exc
-        if names is None:
-            names = [self._backend.name_from_key(key) for key in keys]
-        found = (
-            _info(name, values[6 * i : 6 * i + 5], values[6 * i + 5])
-            for i, name in enumerate(names)
-        )
-        return [info for info in found if info is not None]
+        found: InfoList = []
+        skipped = 0
+        for i, name in enumerate(names):
+            secret, *fields, pttl = values[6 * i : 6 * i + 6]
+            if secret is False:  # a tombstone, a gone key or another type: not held
+                continue
+            info = None if name is None else _info(name, fields, pttl)
+            if info is None:
+                skipped += 1
+            else:
+                found.append(info)
+        return found, skipped
 
     def get(self, name: str) -> LockInfo | None:
-        """The held lock named exactly ``name`` (glob characters are literal), or None."""
-        found = self._fetch([self._backend.keys_for(validate_name(name)).lock], [name])
+        """The held lock named exactly ``name`` (glob characters are literal), or None; None
+        also (with a warning) when its data is not what this library writes."""
+        found, skipped = self._fetch([self._backend.keys_for(validate_name(name)).lock], [name])
+        _warn_skipped(skipped)
         return found[0] if found else None
 
     def release(self, name: str) -> bool:
         """Force-release ``name`` whoever holds it, waking its waiters; True if it was held."""
         return self.force_release(name) is not None
 
-    def force_release(self, name: str, fencing_token: int | None = None) -> LockInfo | None:
-        """Force-release ``name`` and return the hold released, or None if it was not held.
+    def force_release(self, name: str, fencing_token: int | None = None) -> Released | None:
+        """Force-release ``name``, waking its waiters; what was released, or None if not held.
 
         With ``fencing_token``, only that hold is released: a lock taken over meanwhile by
         someone else is left alone (an operator confirmed the release of the other hold).
+        Without it, a hold whose data this library did not write is released too.
         """
         keys = self._backend.keys_for(validate_name(name)).all
         args = [tombstone_ms(), "" if fencing_token is None else int(fencing_token)]
@@ -204,43 +289,51 @@ class LockManager:
             held = self._backend.scripts.force_release(keys=keys, args=args)
         except redis.RedisError as exc:
             raise LockUnavailable(f"Could not release lock {name!r}: {exc}") from exc
-        if not held:
-            return None
-        token, owner, label, acquired_at, _ = (_text(v) if v is not None else None for v in held)
-        return _info(name, [True, token, owner, label, acquired_at], 0)
+        return _released(name, held) if held else None
 
     def clear(self, pattern: str = "*", progress: Callable[[int, int], None] | None = None) -> int:
-        """Force-release every held lock whose name matches ``pattern``; how many were held.
+        """Force-release the held locks :meth:`list` shows for ``pattern``; how many.
 
-        Only holds taken before the clear started are released, each by its own secret: a
-        lock handed to a waiter (or taken anew) while it runs is left to its new holder.
-        Every batch of keys costs two round trips. ``progress(released, handed_over)`` is
-        called after each batch; ``handed_over`` counts locks a waiter took at once.
+        Each is released by its fencing token, except holds taken while the clear runs: a
+        lock handed to a waiter (or taken anew) meanwhile is left to its new holder. A holder
+        whose lock was cleared learns it (LockNotOwned) when it releases. Every batch of keys
+        costs two round trips. ``progress(released, handed_over)`` is called after each
+        batch; ``handed_over`` counts locks a waiter took at once.
         """
-        backend, released, handed_over = self._backend, 0, 0
+        backend, released, handed_over, skipped = self._backend, 0, 0, 0
         try:
             seconds, micros = backend.client.time()
         except redis.RedisError as exc:
             raise LockUnavailable(f"Could not clear locks: {exc}") from exc
-        started = int(seconds) * 1_000_000 + int(micros)
-        for keys in self._scan(pattern):
+        started = _EPOCH + datetime.timedelta(seconds=int(seconds), microseconds=int(micros))
+        clock = time.monotonic()
+        for found, unreadable in self._batches(pattern):
+            skipped += unreadable
+            # Taken since the start by the server's clock, give or take a second of the
+            # client's; a start time later than that (written by hand) is no reason to spare.
+            running = datetime.timedelta(seconds=time.monotonic() - clock + 1)
+            write = backend.client.pipeline(transaction=False)
+            for info in found:
+                if not started <= info.acquired_at <= started + running:
+                    keys = backend.keys_for(info.name).all
+                    args = [tombstone_ms(), info.fencing_token]
+                    backend.scripts.force_release(keys=keys, args=args, client=write)
             try:
-                values = json.loads(_text(backend.scripts.read(keys=keys)))
-                write = backend.client.pipeline(transaction=False)
-                for i, key in enumerate(keys):
-                    secret, acquired_at = values[6 * i], values[6 * i + 4]
-                    if secret and str(acquired_at).isdigit() and int(acquired_at) < started:
-                        lock_keys = backend.keys_for(backend.name_from_key(key)).all
-                        args = [secret, tombstone_ms()]
-                        backend.scripts.release(keys=lock_keys, args=args, client=write)
                 results = write.execute()
             except redis.RedisError as exc:
                 raise LockUnavailable(f"Could not clear locks: {exc}") from exc
             released += sum(1 for result in results if result)
-            handed_over += sum(1 for result in results if result == 2)
+            handed_over += sum(1 for result in results if result and result[-1] == 2)
             if progress is not None:
                 progress(released, handed_over)
+        _warn_skipped(skipped)
         return released
+
+
+def _released(name: str, held: Sequence[bytes | int | None]) -> Released:
+    """The Released of a FORCE_RELEASE reply: token, owner, label, acquired-at, 1 or 2."""
+    *fields, how = (_text(value) if isinstance(value, bytes) else value for value in held)
+    return Released(name, _info(name, fields, 0), handed_over=how == 2)
 
 
 def _backend_of(using: str | None) -> LockBackend:

@@ -15,10 +15,11 @@ from django.contrib.auth.models import Permission, User
 from django.test import Client, override_settings
 
 from django_redis_lock import get_lock_manager, lock
-from django_redis_lock.admin import form_value
+from django_redis_lock.admin import LIST_TEXT_LIMIT, form_value
 from testproject.redis_server import RedisServerGroup
 from testproject.settings import build_caches
 from tests.helpers import commandstats, hold, wait_until
+from tests.test_manager import forge
 
 CHANGELIST = "/admin/django_redis_lock/lock/"
 pytestmark = pytest.mark.django_db
@@ -79,9 +80,13 @@ def test_search_by_name_or_glob(admin_client: Client) -> None:
 
 def test_bad_input_is_a_4xx(admin_client: Client) -> None:
     assert admin_client.get(CHANGELIST, {"q": "[ab"}).status_code == 400
-    assert admin_client.get(CHANGELIST, {"cursor": "abc"}).status_code == 400
-    assert admin_client.get(CHANGELIST, {"cursor": "-1"}).status_code == 400
-    assert admin_client.get(CHANGELIST, {"cursor": str(2**64)}).status_code == 400
+    for cursor in ("abc", "-1", str(2**64), "1" * 5000, "\u0663", " 1"):
+        response = admin_client.get(CHANGELIST, {"cursor": cursor})
+        assert response.status_code == 400
+        page = response.content.decode()
+        assert "This page link is not valid" in page
+        assert "int()" not in page
+        assert "SCAN" not in page
     assert admin_client.get(CHANGELIST + quote("not held") + "/").status_code == 404
     bad_selection = {"action": "release_selected", "_selected_action": ["x:y"]}
     response = admin_client.post(CHANGELIST, bad_selection, follow=True)
@@ -183,18 +188,20 @@ def test_release_action_confirms_releases_and_logs() -> None:
     assert confirm.status_code == 200
     page = confirm.content.decode()
     assert "Are you sure" in page
+    assert "A client waiting for a lock takes it over at once." in page
     assert "report:1" in page
     assert held.owned()  # nothing released before the confirmation
     confirmed = {"action": "release_selected", "_selected_action": _confirmed(confirm)}
     done = client.post(CHANGELIST, {**confirmed, "post": "yes"}, follow=True)
-    assert "Released 1 lock." in done.content.decode()
+    assert "Released 1 lock; no client was waiting for it." in done.content.decode()
     assert not held.owned()
     assert get_lock_manager().get("report:2") is not None
     entry = LogEntry.objects.get()
     assert entry.action_flag == DELETION
-    assert entry.object_repr == "report:1"
-    assert held.name in entry.change_message
     info_owner = f"pid {os.getpid()}"
+    assert entry.object_repr.startswith("Released report:1 held by ")
+    assert info_owner in entry.object_repr
+    assert held.name in entry.change_message
     assert info_owner in entry.change_message
     assert "label: import" in entry.change_message
     assert str(held.fencing_token) in entry.change_message
@@ -227,7 +234,7 @@ def test_names_that_forms_and_urls_would_mangle_are_released() -> None:
     confirm = client.post(CHANGELIST, selection)
     confirmed = {"action": "release_selected", "_selected_action": _confirmed(confirm)}
     done = client.post(CHANGELIST, {**confirmed, "post": "yes"}, follow=True)
-    assert f"Released {len(names)} locks." in done.content.decode()
+    assert f"Released {len(names)} locks; no client" in done.content.decode()
     assert not any(each.owned() for each in held)
 
 
@@ -251,11 +258,15 @@ def test_release_wakes_a_waiter(admin_client: Client, redis_client: redis.Redis)
     waiter.start()
     wait_until(lambda: redis_client.zcard(held._keys.queue) == 1)  # it waits in the queue
     selection = [form_value("queue", held.fencing_token)]
-    admin_client.post(
-        CHANGELIST, {"action": "release_selected", "_selected_action": selection, "post": "yes"}
+    done = admin_client.post(
+        CHANGELIST,
+        {"action": "release_selected", "_selected_action": selection, "post": "yes"},
+        follow=True,
     )
     waiter.join(5)
     assert results == [True]
+    assert "Released 1 lock; 1 taken over at once by a waiting client." in done.content.decode()
+    assert "a waiting client took it over at once" in LogEntry.objects.get().change_message
 
 
 def test_redis_down_shows_an_error(admin_client: Client, redis_factory: RedisServerGroup) -> None:
@@ -265,3 +276,81 @@ def test_redis_down_shows_an_error(admin_client: Client, redis_factory: RedisSer
         response = admin_client.get(CHANGELIST)
         assert response.status_code == 503
         assert "Error" in response.content.decode() or "refused" in response.content.decode()
+
+
+def test_hostile_data_never_breaks_the_pages(redis_client: redis.Redis) -> None:
+    hold("fine")
+    forge(redis_client, "huge-time", a="1" * 30)
+    forge(redis_client, "negative", t="-5")
+    client = _staff("view_lock", "delete_lock")
+    response = client.get(CHANGELIST)
+    assert response.status_code == 200
+    assert [row["info"].name for row in response.context["locks"]] == ["fine", "negative"]
+    detail = client.get(CHANGELIST + "huge-time/")
+    assert detail.status_code == 404
+    assert "is held, but its data is not readable" in detail.content.decode()
+    assert client.get(CHANGELIST + "gone/").status_code == 404
+    selection = {"action": "release_selected", "_selected_action": ["huge-time", "negative"]}
+    confirm = client.post(CHANGELIST, selection)
+    assert confirm.status_code == 200
+    assert "is held, but its data is not readable" in confirm.content.decode()
+    assert _confirmed(confirm) == [form_value("negative", -5)]  # only the one listed
+    confirmed = {"action": "release_selected", "_selected_action": _confirmed(confirm)}
+    done = client.post(CHANGELIST, {**confirmed, "post": "yes"}, follow=True)
+    assert "Released 1 lock;" in done.content.decode()
+    assert not lock("negative").locked()
+    assert lock("huge-time").locked()
+
+
+def test_text_from_redis_is_shown_escaped(redis_client: redis.Redis) -> None:
+    name = "invoice\u202egpj.exe"
+    forge(redis_client, name, o="host\u200b pid 1\x9b", l="literal \\x1b and real \x1b[31m")
+    client = _staff("view_lock", "delete_lock")
+    selection = {"action": "release_selected", "_selected_action": [form_value(name)]}
+    pages = [
+        client.get(CHANGELIST).content.decode(),
+        client.get(CHANGELIST + quote(name) + "/").content.decode(),
+        client.post(CHANGELIST, selection).content.decode(),
+    ]
+    for page in pages:
+        assert "invoice\\u202egpj.exe" in page
+        assert "host\\u200b pid 1\\x9b" in page
+        assert not {"\u202e", "\u200b", "\x9b", "\x1b"} & set(page)
+    assert "literal \\\\x1b and real \\x1b[31m" in pages[0]
+    confirm = client.post(CHANGELIST, selection)
+    confirmed = {"action": "release_selected", "_selected_action": _confirmed(confirm)}
+    client.post(CHANGELIST, {**confirmed, "post": "yes"})
+    entry = LogEntry.objects.get()
+    assert entry.object_repr == "Released invoice\\u202egpj.exe held by host\\u200b pid 1\\x9b"
+    assert "\u202e" not in entry.change_message
+    bad = {"action": "release_selected", "_selected_action": ["\u202e:x"]}
+    response = client.post(CHANGELIST, bad, follow=True)
+    assert "Not a lock selection: &#x27;\\u202e:x&#x27;" in response.content.decode()
+
+
+def test_long_texts_are_cut_in_the_list_and_whole_on_the_detail_page(
+    admin_client: Client, redis_client: redis.Redis
+) -> None:
+    label, owner, name = "L" * 10_000, "O" * 10_000, "n" * 1024
+    forge(redis_client, name, l=label, o=owner)
+    row = admin_client.get(CHANGELIST).context["locks"][0]
+    assert (row["name"], row["owner"], row["label"]) == (
+        "n" * (LIST_TEXT_LIMIT - 1) + "…",
+        "O" * (LIST_TEXT_LIMIT - 1) + "…",
+        "L" * (LIST_TEXT_LIMIT - 1) + "…",
+    )
+    page = admin_client.get(CHANGELIST + name + "/").content.decode()
+    assert label in page
+    assert owner in page
+    assert name in page
+    assert f"<h1>{'n' * (LIST_TEXT_LIMIT - 1)}…</h1>" in page  # the heading is cut
+    selection = [form_value(name, 1)]
+    admin_client.post(
+        CHANGELIST, {"action": "release_selected", "_selected_action": selection, "post": "yes"}
+    )
+    assert LogEntry.objects.get().object_repr == f"Released {name}"[:199] + "…"
+
+
+def test_changelist_has_a_select_all_box(admin_client: Client) -> None:
+    hold("report:1")
+    assert 'id="action-toggle"' in admin_client.get(CHANGELIST).content.decode()

@@ -16,9 +16,11 @@ from django.core.management import CommandError, call_command
 from django.test import override_settings
 
 from django_redis_lock import get_lock_manager, lock
+from django_redis_lock.backends import get_backend
 from testproject.redis_server import RedisServerGroup
 from testproject.settings import build_caches
 from tests.helpers import commandstats, hold, wait_until
+from tests.test_manager import forge
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -109,8 +111,12 @@ def test_redis_down_is_a_command_error(redis_factory: RedisServerGroup) -> None:
                 _run(*args)
 
 
-def _manage(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "testproject.settings"}
+def _manage(
+    *args: str, stdin: str | None = None, settings: str | None = "testproject.settings"
+) -> subprocess.CompletedProcess[str]:
+    env = {key: value for key, value in os.environ.items() if key != "DJANGO_SETTINGS_MODULE"}
+    if settings:
+        env["DJANGO_SETTINGS_MODULE"] = settings
     return subprocess.run(
         [sys.executable, "manage.py", "locks", *args],
         cwd=ROOT,
@@ -139,6 +145,30 @@ def test_as_a_subprocess() -> None:
     assert cleared.returncode == 0
     assert "Released 2 locks." in cleared.stdout
     assert list(get_lock_manager().list()) == []
+
+
+@pytest.mark.slow
+def test_common_options_work_after_the_subcommand(tmp_path: Path) -> None:
+    (tmp_path / "db1_settings.py").write_text(
+        "from testproject.settings import *  # noqa: F403\nREDIS_LOCK = {'CACHE': 'locks_db1'}\n"
+    )
+    hold("on-default")
+    hold("on-db1", using="locks_db1")
+    options = ["--pythonpath", str(tmp_path), "--settings=db1_settings", "-v", "2"]
+    listed = _manage("list", "--json", *options, "--skip-checks", "--no-color", settings=None)
+    assert listed.returncode == 0, listed.stderr
+    assert [item["name"] for item in json.loads(listed.stdout)] == ["on-db1"]
+    colored = _manage("list", "--force-color")
+    assert colored.returncode == 0, colored.stderr
+    assert "\x1b[" in colored.stdout.splitlines()[0]  # the heading, coloured on request
+    before = _manage("--verbosity", "0", "show", "nope", "--traceback")
+    assert "Traceback" in before.stderr  # before and after the subcommand, together
+    assert "CommandError: No lock named 'nope' is held." in before.stderr
+    assert "on-db1" in _run("list", "--using", "locks_db1")
+    assert "on-db1" in _run("--using", "locks_db1", "list")
+    bad = _manage("list", "-v", "7")
+    assert bad.returncode == 2
+    assert "invalid choice: 7" in bad.stderr
 
 
 @pytest.mark.slow
@@ -181,13 +211,56 @@ def test_clear_asks_on_a_terminal(answer: bytes, released: bool) -> None:
         assert get_lock_manager().get("tty:1") is not None
 
 
-def test_control_characters_never_reach_the_terminal() -> None:
-    hold("evil\x1b]0;title\x07", label="x\x1b[31mRED\nsecond line")
-    for args in (["list"], ["show", "evil\x1b]0;title\x07"], ["clear", "--dry-run"]):
-        out = _run(*args)
-        assert "\x1b" not in out
-        assert "\\x1b" in out
-    assert "\x1b" in json.loads(_run("list", "--json"))[0]["label"]  # JSON escapes it itself
+# Control characters (C0, DEL, C1), bidi and zero-width format characters, separators.
+HIDDEN = "\x1b\x07\x7f\x9b\u202e\u2066\u200b\ufeff\u2028\u2029\U000e0001"
+
+
+def test_hidden_characters_never_reach_the_terminal() -> None:
+    name = "invoice\u202egpj.exe\x1b]0;title\x07"
+    owner_label = "x\x1b[31mRED\nsecond \\x1b line " + HIDDEN + " café"
+    [held] = hold(name, label=owner_label)
+    outputs = [_run(*args) for args in (["list"], ["show", name], ["clear", "--dry-run"])]
+    outputs.append(_run("list", "--json"))
+    outputs.append(_run("show", name, "--json"))
+    for out in outputs:
+        assert not set(HIDDEN) & set(out), out
+    for out in (outputs[1], outputs[3], outputs[4]):  # show, and both JSON outputs
+        assert "café" in out  # plain accented text stays readable
+    assert "invoice\\u202egpj.exe\\x1b]0;title\\x07" in outputs[0]
+    assert "second \\\\x1b line" in outputs[0]  # a literal backslash is doubled in the table
+    [listed] = json.loads(outputs[3])
+    assert (listed["name"], listed["label"]) == (name, owner_label)  # JSON keeps them exact
+    assert json.loads(outputs[4])["label"] == owner_label
+    released = _run("release", name)
+    assert not set(HIDDEN) & set(released)
+    assert not held.owned()
+
+
+def test_hostile_data_never_breaks_the_command(redis_client: redis.Redis) -> None:
+    hold("fine")
+    forge(redis_client, "huge-time", a="1" * 30)
+    forge(redis_client, "negative", t="-5", a="-5")
+    forever = get_backend().keys_for("forever").lock
+    forge(redis_client, "forever")
+    redis_client.persist(forever)
+    table = _run("list")
+    assert sorted(line.split()[0] for line in table.splitlines()[1:-1]) == [
+        "fine",
+        "forever",
+        "negative",
+    ]
+    assert len(json.loads(_run("list", "--json"))) == 3
+    assert "-5" in _run("show", "negative")
+    with pytest.raises(CommandError, match="'huge-time' is held, but its data is not readable"):
+        _run("show", "huge-time")
+    assert "3 locks would be released." in _run("clear", "--dry-run")
+    assert "Released 3 locks." in _run("clear", "--yes")  # what the dry run listed
+    assert lock("huge-time").locked()  # not listed, not cleared
+    out = _run("release", "huge-time")
+    assert out == "Released 'huge-time', whose data this library did not write (not readable).\n"
+    assert not lock("huge-time").locked()
+    with pytest.raises(CommandError, match="No lock named 'huge-time' is held"):
+        _run("release", "huge-time")
 
 
 def test_list_json_with_a_bad_pattern_prints_nothing() -> None:

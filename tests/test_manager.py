@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import logging
 
 import pytest
+import redis
 from django.test import override_settings
 
-from django_redis_lock import Lock, LockInfo, get_lock_manager, lock
+from django_redis_lock import MAX_NAME_LENGTH, Lock, LockInfo, LockNotOwned, get_lock_manager, lock
+from django_redis_lock.backends import get_backend
 from testproject.settings import build_caches
 
 
@@ -68,12 +72,104 @@ def test_get_is_exact_even_with_glob_characters() -> None:
 
 
 def test_force_release_frees_and_reports() -> None:
-    [held] = _hold("stuck", auto_renew=False)
+    [held, other] = _hold("stuck", "other", auto_renew=False, label="nightly")
     manager = get_lock_manager()
     assert manager.release("stuck") is True
     assert manager.release("stuck") is False
     assert not held.owned()
     assert held.lost
+    released = manager.force_release("other")
+    assert released is not None
+    assert released.info is not None
+    assert (released.info.name, released.info.label) == ("other", "nightly")
+    assert released.info.fencing_token == other.fencing_token
+    assert not released.handed_over
+    assert manager.force_release("other") is None
+
+
+def forge(client: redis.Redis, name: str, *, key: bytes | str | None = None, **fields: str) -> None:
+    """Write a held lock's hash by hand, as anyone who can write to Redis could."""
+    key = key or get_backend().keys_for(name).lock
+    client.hset(key, mapping={"s": "forged", "t": "1", "o": "someone", "a": "1", **fields})
+    client.pexpire(key, 60_000)
+
+
+def _hostile(client: redis.Redis) -> list[str]:
+    """Held locks no listing can show truthfully; their names (the ones a name can reach)."""
+    forge(client, "huge-time", a="1" * 30)
+    forge(client, "text-token", t="abc")
+    forge(client, "float-token", t="1e3")
+    forge(client, "inexact-token", t=str(2**53))  # a Lua double: 2**53 + 1 reads the same
+    forge(client, "no-time", a="")
+    forge(client, "x" * (MAX_NAME_LENGTH + 1))
+    forge(client, "")
+    tagged = get_backend().keys_for("tagged").lock
+    forge(client, "", key=tagged.replace(":l:tagged", ":l:retagged"))  # "retagged", wrong tag
+    forge(client, "", key=tagged.encode().replace(b":l:tagged", b":l:\xff\xfe"))
+    return ["huge-time", "text-token", "float-token", "inexact-token", "no-time", "retagged"]
+
+
+def test_listing_skips_what_it_cannot_show_and_warns_once(
+    redis_client: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    _hold("fine", auto_renew=False)
+    names = _hostile(redis_client)
+    redis_client.set(get_backend().keys_for("a-string").lock, "not a hash")  # not held: quiet
+    manager = get_lock_manager()
+    with caplog.at_level(logging.WARNING, logger="django_redis_lock"):
+        assert [info.name for info in manager.list()] == ["fine"]
+        assert [info.name for info in manager.page().locks] == ["fine"]
+    assert [record.getMessage()[:20] for record in caplog.records] == ["Skipped 9 held locks"] * 2
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="django_redis_lock"):
+        assert [manager.get(name) for name in names] == [None] * len(names)
+    assert len(caplog.records) == len(names) - 1  # "retagged" is not held under its own tag
+
+
+@pytest.mark.parametrize(
+    ("stored", "shown"), [("0005", 5), ("-5", -5), ("+7", 7), (str(2**53 - 1), 2**53 - 1)]
+)
+def test_integer_text_tokens_are_listed_and_released_by_that_token(
+    redis_client: redis.Redis, stored: str, shown: int
+) -> None:
+    forge(redis_client, "odd-token", t=stored)
+    manager = get_lock_manager()
+    [info] = manager.list()
+    assert info.fencing_token == shown
+    assert manager.force_release("odd-token", fencing_token=shown + 1) is None  # another hold
+    released = manager.force_release("odd-token", fencing_token=info.fencing_token)
+    assert released is not None
+    assert released.info == LockInfo("odd-token", shown, "someone", None, info.acquired_at, ttl=0.0)
+    assert not lock("odd-token").locked()
+
+
+def test_a_held_lock_with_garbage_data_is_released_and_reported(redis_client: redis.Redis) -> None:
+    names = _hostile(redis_client)[:-1]  # those a name reaches
+    manager = get_lock_manager()
+    for name in names[1:]:
+        released = manager.force_release(name)
+        assert released is not None
+        assert (released.name, released.info) == (name, None)
+        assert not lock(name).locked()
+    assert manager.release(names[0]) is True
+    assert not lock(names[0]).locked()
+
+
+def test_clear_releases_what_dry_run_lists(redis_client: redis.Redis) -> None:
+    held = _hold("forever", "leased", auto_renew=False)
+    redis_client.persist(held[0]._keys.lock)  # no TTL: only a release ends it
+    forge(redis_client, "forged", t="+0042", a="-5")
+    forge(redis_client, "future", a=str(32_503_680_000_000_000))  # the year 3000
+    forge(redis_client, "garbage", a="1" * 30)
+    manager = get_lock_manager()
+    listed = sorted(info.name for info in manager.list())
+    assert listed == ["forever", "forged", "future", "leased"]
+    assert manager.clear() == len(listed)
+    assert list(manager.list()) == []
+    assert lock("garbage").locked()  # not listed, not cleared: `locks release` frees it
+    for each in held:
+        with pytest.raises(LockNotOwned):
+            each.release()  # the holder learns that its lock was cleared
 
 
 def test_clear_releases_matching_locks() -> None:
@@ -91,3 +187,23 @@ def test_bad_patterns_are_refused(pattern: object, error: type[Exception]) -> No
         list(get_lock_manager().list(pattern))  # type: ignore[arg-type]
     with pytest.raises(error, match="pattern"):
         get_lock_manager().clear(pattern)  # type: ignore[arg-type]
+
+
+def test_clear_leaves_holds_taken_while_it_runs() -> None:
+    names = [f"busy:{i}" for i in range(3 * 500)]  # three batches
+    first = _hold(*names, auto_renew=False)
+    second: list[Lock] = []
+    batches: list[int] = []
+
+    def progress(released: int, handed_over: int) -> None:
+        batches.append(released)
+        if len(batches) == 1:  # every holder gives its lock up and takes it again
+            for each in first:
+                with contextlib.suppress(LockNotOwned):  # the cleared ones
+                    each.release()
+            second.extend(_hold(*names, auto_renew=False))
+
+    assert get_lock_manager().clear("busy:*", progress=progress) == batches[0]
+    assert len(batches) == 3
+    assert 0 < batches[0] < len(names)
+    assert all(each.owned() for each in second)  # the released ones were taken anew, too

@@ -7,8 +7,9 @@ and ttl.
 
 from __future__ import annotations
 
+import argparse
+import copy
 import itertools
-import json
 import math
 import sys
 from collections.abc import Iterable, Iterator
@@ -17,6 +18,7 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from django_redis_lock.display import safe_json, safe_text
 from django_redis_lock.exceptions import LockUnavailable
 from django_redis_lock.manager import LockInfo, LockManager, get_lock_manager
 
@@ -24,6 +26,20 @@ from django_redis_lock.manager import LockInfo, LockManager, get_lock_manager
 _WIDTH_SAMPLE = 500
 _MAX_WIDTH = 60
 _COLUMNS = ("NAME", "TTL", "OWNER", "LABEL", "ACQUIRED", "TOKEN")
+# Options of the whole command (by dest): Django's common ones and --using. They are accepted
+# after the subcommand as well, where users put them.
+_COMMON_OPTIONS = frozenset(
+    {
+        "verbosity",
+        "settings",
+        "pythonpath",
+        "traceback",
+        "no_color",
+        "force_color",
+        "skip_checks",
+        "using",
+    }
+)
 
 
 def as_json(info: LockInfo) -> dict[str, Any]:
@@ -38,18 +54,11 @@ def as_json(info: LockInfo) -> dict[str, Any]:
     }
 
 
-def printable(text: str) -> str:
-    """``text`` safe for a terminal: control characters (escape sequences, newlines) escaped."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
-
-
 def _cells(info: LockInfo) -> tuple[str, ...]:
     acquired = info.acquired_at.strftime("%Y-%m-%d %H:%M:%S UTC")
     ttl = f"{info.ttl:.1f}s" if math.isfinite(info.ttl) else "no expiry"
     cells = (info.name, ttl, info.owner, info.label or "-", acquired, str(info.fencing_token))
-    return tuple(printable(cell) for cell in cells)
+    return tuple(safe_text(cell) for cell in cells)
 
 
 def _bar(done: int, total: int | None, width: int = 30) -> str:
@@ -67,6 +76,21 @@ def _line(cells: Iterable[str], widths: list[int]) -> str:
         for cell, width in zip(cells, widths, strict=True)
     )
     return "  ".join(padded).rstrip()
+
+
+def _quoted(name: str) -> str:
+    return f"'{safe_text(name)}'"
+
+
+def _accept_common_options(subcommand: CommandParser, parser: CommandParser) -> None:
+    """Give ``subcommand`` the common options of ``parser`` (``--settings``, ``-v``, ``--using``),
+    listed after its own: given after the subcommand they apply, else the values given before
+    it (or the defaults) stand."""
+    for action in parser._actions:
+        if action.dest in _COMMON_OPTIONS:
+            option = copy.copy(action)
+            option.default = argparse.SUPPRESS
+            subcommand._add_action(option)
 
 
 class Command(BaseCommand):
@@ -93,6 +117,8 @@ class Command(BaseCommand):
         clear.add_argument(
             "--dry-run", action="store_true", help="List what would be released; release nothing."
         )
+        for subcommand in (listing, show, release, clear):
+            _accept_common_options(subcommand, parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
@@ -113,19 +139,23 @@ class Command(BaseCommand):
     def _show(self, manager: LockManager, options: dict[str, Any]) -> None:
         info = self._held(manager, options["name"])
         if options["json"]:
-            self.stdout.write(json.dumps(as_json(info), indent=2, ensure_ascii=False))
+            self.stdout.write(safe_json(as_json(info), indent=2))
             return
-        for label, value in zip(_COLUMNS, _cells(info), strict=True):  # cells are printable
+        for label, value in zip(_COLUMNS, _cells(info), strict=True):  # cells are safe text
             self.stdout.write(f"{self.style.MIGRATE_LABEL(f'{label.lower():>9}')}  {value}")
 
     def _release(self, manager: LockManager, options: dict[str, Any]) -> None:
-        info = manager.force_release(options["name"])
-        if info is None:
-            raise CommandError(f"No lock named {printable(options['name'])!r} is held.")
-        self.stdout.write(
-            self.style.SUCCESS(f"Released {printable(info.name)!r}")
-            + f" (held by {printable(info.owner)}, fencing token {info.fencing_token})."
+        released = manager.force_release(options["name"])
+        if released is None:
+            raise CommandError(f"No lock named {_quoted(options['name'])} is held.")
+        info = released.info
+        text = self.style.SUCCESS(f"Released {_quoted(released.name)}") + (
+            f" (held by {safe_text(info.owner)}, fencing token {info.fencing_token})"
+            if info
+            else ", whose data this library did not write (not readable)"
         )
+        taken = "; a waiting client took it over at once" if released.handed_over else ""
+        self.stdout.write(f"{text}{taken}.")
 
     def _clear(self, manager: LockManager, options: dict[str, Any]) -> None:
         pattern = options["pattern"]
@@ -134,13 +164,13 @@ class Command(BaseCommand):
             for info in manager.list(pattern):
                 count += 1
                 self.stdout.write(
-                    f"would release {printable(info.name)}  ({printable(info.owner)})"
+                    f"would release {safe_text(info.name)}  ({safe_text(info.owner)})"
                 )
             self.stdout.write(f"{count} lock{'s' if count != 1 else ''} would be released.")
             return
         total = None if options["yes"] else self._confirm(manager, pattern)
         if total == 0:
-            self.stdout.write(f"No held lock matches {printable(pattern)!r}.")
+            self.stdout.write(f"No held lock matches {_quoted(pattern)}.")
             return
         handed_over = 0
 
@@ -170,7 +200,7 @@ class Command(BaseCommand):
         try:
             answer = input(
                 f"Force-release {count} lock{'s' if count != 1 else ''} matching "
-                f"{printable(pattern)!r}? Their holders lose them. [y/N] "
+                f"{_quoted(pattern)}? Their holders lose them. [y/N] "
             )
         except (EOFError, KeyboardInterrupt):
             answer = ""
@@ -184,8 +214,13 @@ class Command(BaseCommand):
 
     def _held(self, manager: LockManager, name: str) -> LockInfo:
         info = manager.get(name)
+        if info is None and manager.lock(name).locked():
+            raise CommandError(
+                f"The lock {_quoted(name)} is held, but its data is not readable (this library "
+                "did not write it); `locks release` frees it."
+            )
         if info is None:
-            raise CommandError(f"No lock named {printable(name)!r} is held.")
+            raise CommandError(f"No lock named {_quoted(name)} is held.")
         return info
 
     def _write_json_array(self, locks: Iterable[LockInfo]) -> None:
@@ -195,7 +230,7 @@ class Command(BaseCommand):
         self.stdout.write("[", ending="")
         separator = "\n"
         for info in itertools.chain([first] if first else [], locks):
-            self.stdout.write(separator + json.dumps(as_json(info), ensure_ascii=False), ending="")
+            self.stdout.write(separator + safe_json(as_json(info)), ending="")
             separator = ",\n"
         self.stdout.write("\n]")
 
