@@ -3,7 +3,7 @@
 from django_redis_lock.decorators import locked
 from django_redis_lock.exceptions import LockBusy, LockError, LockNotOwned, LockUnavailable
 from django_redis_lock.lock import MAX_LABEL_LENGTH, MAX_NAME_LENGTH, MAX_TIMEOUT, Lock
-from django_redis_lock.manager import LockInfo, LockManager, get_lock_manager, lock
+from django_redis_lock.manager import LockInfo, LockManager, Released, get_lock_manager, lock
 
 __all__ = [
     "MAX_LABEL_LENGTH",
@@ -16,6 +16,7 @@ __all__ = [
     "LockManager",
     "LockNotOwned",
     "LockUnavailable",
+    "Released",
     "get_lock_manager",
     "lock",
     "locked",

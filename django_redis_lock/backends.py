@@ -101,7 +101,9 @@ class LockScript:
         self._client = client
         self._script: Script = client.register_script(source)
 
-    def __call__(self, keys: Sequence[str], args: Sequence[Any] = (), client: Any = None) -> Any:
+    def __call__(
+        self, keys: Sequence[str | bytes], args: Sequence[Any] = (), client: Any = None
+    ) -> Any:
         if client is not None:
             return self._script(keys=keys, args=args, client=client)
         try:
@@ -121,7 +123,7 @@ class AsyncLockScript:
         self._client = client
         self._script: AsyncScript = client.register_script(source)
 
-    async def __call__(self, keys: Sequence[str], args: Sequence[Any] = ()) -> Any:
+    async def __call__(self, keys: Sequence[str | bytes], args: Sequence[Any] = ()) -> Any:
         try:
             return await self._client.execute_command(  # type: ignore[no-untyped-call]
                 "EVALSHA", self._script.sha, len(keys), *keys, *args
@@ -239,9 +241,8 @@ class LockBackend:
 
     def _keys_for(self, name: str) -> LockKeys:
         """The Redis keys of the lock ``name`` (cached: ``keys_for``)."""
-        tag = hashlib.blake2b(name.encode(), digest_size=_TAG_LENGTH // 2).hexdigest()
         # The tag comes first, so braces in the name or the prefix cannot change the slot.
-        base = f"{self.namespace}:{{{tag}}}:"
+        base = f"{self.namespace}:{{{_tag(name)}}}:"
         return LockKeys(
             lock=self.make_key(f"{base}l:{name}"),
             queue=self.make_key(f"{base}q:{name}"),
@@ -273,11 +274,14 @@ class LockBackend:
         tag = "?" * _TAG_LENGTH
         return f"{glob_escape(before)}{{{tag}}}:l:{name_pattern}{glob_escape(after)}"
 
-    def name_from_key(self, key: str) -> str:
-        """The lock name inside a lock key found by :meth:`scan_pattern`."""
+    def name_from_key(self, key: str) -> str | None:
+        """The lock name inside a lock key found by :meth:`scan_pattern`; None when the key's
+        hash tag is not its name's (someone else wrote it: no ``lock()`` reaches that key)."""
         assert self._frame is not None
         before, after = self._frame
-        return key[len(before) + _TAG_FRAME : len(key) - len(after)]
+        name = key[len(before) + _TAG_FRAME : len(key) - len(after)]
+        tag_at = len(before) + 1  # ``before`` ends with "<namespace>:"; then "{<tag>}:l:"
+        return name if key[tag_at : tag_at + _TAG_LENGTH] == _tag(name) else None
 
     def channel(self, process_id: str) -> str:
         """The pub/sub channel on which grants for one process arrive."""
@@ -320,6 +324,11 @@ def _abandon(client: redis.asyncio.Redis) -> None:
             if sock is not None:
                 with contextlib.suppress(OSError):
                     sock.shutdown(socket.SHUT_RDWR)
+
+
+def _tag(name: str) -> str:
+    """The Redis Cluster hash tag of the keys of lock ``name``."""
+    return hashlib.blake2b(name.encode(), digest_size=_TAG_LENGTH // 2).hexdigest()
 
 
 def glob_escape(text: str) -> str:

@@ -10,7 +10,7 @@ import re
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import redis
 
@@ -233,11 +233,10 @@ class LockManager:
         """The lock name of a lock key found by SCAN; None when no ``lock()`` reaches that key
         (bytes that are not UTF-8, not a valid lock name, or a hash tag not the name's)."""
         try:
-            text = key.decode() if isinstance(key, bytes) else key
-            name = validate_name(self._backend.name_from_key(text))
+            name = self._backend.name_from_key(key.decode() if isinstance(key, bytes) else key)
+            return None if name is None else validate_name(name)
         except ValueError:  # UnicodeDecodeError is one
             return None
-        return name if self._backend.keys_for(name).lock == text else None
 
     def _fetch_keys(self, keys: Sequence[bytes | str]) -> tuple[InfoList, int]:
         return self._fetch(keys, [self._name_of(key) for key in keys])
@@ -247,9 +246,8 @@ class LockManager:
     ) -> tuple[InfoList, int]:
         """The held locks among ``keys`` (named ``names``; None: a key no lock reaches) in one
         round trip, and how many held ones cannot be shown truthfully."""
-        raw = cast("Sequence[str]", keys)  # redis-py sends bytes (keys not UTF-8) as they are
-        try:
-            values = json.loads(_text(self._backend.scripts.read(keys=raw)))
+        try:  # bytes keys (not UTF-8) go out as they are
+            values = json.loads(_text(self._backend.scripts.read(keys=keys)))
         except redis.RedisError as exc:
             raise LockUnavailable(f"Could not read locks: {exc}") from exc
         found: InfoList = []

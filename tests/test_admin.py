@@ -18,8 +18,7 @@ from django_redis_lock import get_lock_manager, lock
 from django_redis_lock.admin import LIST_TEXT_LIMIT, form_value
 from testproject.redis_server import RedisServerGroup
 from testproject.settings import build_caches
-from tests.helpers import commandstats, hold, wait_until
-from tests.test_manager import forge
+from tests.helpers import commandstats, forge, hold, wait_until
 
 CHANGELIST = "/admin/django_redis_lock/lock/"
 pytestmark = pytest.mark.django_db

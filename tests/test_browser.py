@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,55 +12,12 @@ import redis
 from django.contrib.auth.models import User
 
 from django_redis_lock import lock
-from tests.helpers import hold
-from tests.test_manager import forge
+from tests.browser import WAIT_SECONDS, browser_fixture, wait_for_text  # noqa: F401  (browser)
+from tests.helpers import forge, hold
 
 CHANGELIST = "/admin/django_redis_lock/lock/"
-WAIT_SECONDS = 15
 #: Set to a folder to keep the admin screenshot (the README's comes from docs/).
 SCREENSHOT_DIR_ENV = "DJANGO_REDIS_LOCK_SCREENSHOT_DIR"
-
-
-@pytest.fixture
-def browser(tmp_path: Path) -> Iterator[Any]:
-    """A headless Chromium driven by Selenium; skips where no browser is installed."""
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    chromedriver = shutil.which("chromedriver")
-    if not chromium or not chromedriver:
-        pytest.skip("no Chromium here: install Debian's chromium and chromium-driver to run it")
-    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed")
-    options = webdriver.ChromeOptions()
-    options.binary_location = chromium
-    for flag in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--no-first-run",
-        "--window-size=1400,900",
-        f"--user-data-dir={tmp_path / 'profile'}",
-    ):
-        options.add_argument(flag)
-    service = webdriver.ChromeService(executable_path=chromedriver)
-    driver = webdriver.Chrome(options=options, service=service)
-    driver.set_page_load_timeout(WAIT_SECONDS)
-    try:
-        yield driver
-    finally:
-        driver.quit()
-
-
-def _wait_for_text(browser: Any, text: str) -> None:
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.support import expected_conditions
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    WebDriverWait(browser, WAIT_SECONDS).until(
-        expected_conditions.text_to_be_present_in_element((By.TAG_NAME, "body"), text)
-    )
 
 
 def _log_in(browser: Any, live_server: Any, expect: str) -> None:
@@ -74,7 +29,7 @@ def _log_in(browser: Any, live_server: Any, expect: str) -> None:
     browser.find_element(By.NAME, "username").send_keys("operator")
     browser.find_element(By.NAME, "password").send_keys("s3cret-pass")
     browser.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
-    _wait_for_text(browser, expect)
+    wait_for_text(browser, expect)
 
 
 @pytest.mark.slow
@@ -99,10 +54,10 @@ def test_operator_sees_and_releases_a_lock(browser: Any, live_server: Any, tmp_p
     row.find_element(By.CLASS_NAME, "action-select").click()
     Select(browser.find_element(By.NAME, "action")).select_by_value("release_selected")
     browser.find_element(By.CSS_SELECTOR, "button[name=index]").click()
-    _wait_for_text(browser, "Are you sure")
+    wait_for_text(browser, "Are you sure")
     assert held.owned()  # nothing happens before the confirmation
     browser.find_element(By.CSS_SELECTOR, "input[type=submit][value^='Yes']").click()
-    _wait_for_text(browser, "Released 1 lock; no client was waiting for it.")
+    wait_for_text(browser, "Released 1 lock; no client was waiting for it.")
 
     names = [a.text for a in browser.find_elements(By.CSS_SELECTOR, "#result_list th a")]
     assert names == ["report:2026-11"]
@@ -152,8 +107,8 @@ def test_select_all_box(browser: Any, live_server: Any) -> None:
     assert toggle.is_selected()
     Select(browser.find_element(By.NAME, "action")).select_by_value("release_selected")
     browser.find_element(By.CSS_SELECTOR, "button[name=index]").click()
-    _wait_for_text(browser, "Are you sure")
+    wait_for_text(browser, "Are you sure")
     assert "A client waiting for a lock takes it over at once." in browser.page_source
     browser.find_element(By.CSS_SELECTOR, "input[type=submit][value^='Yes']").click()
-    _wait_for_text(browser, "Released 3 locks; no client was waiting for them.")
+    wait_for_text(browser, "Released 3 locks; no client was waiting for them.")
     assert not any(each.locked() for each in held)

@@ -19,8 +19,7 @@ from django_redis_lock import get_lock_manager, lock
 from django_redis_lock.backends import get_backend
 from testproject.redis_server import RedisServerGroup
 from testproject.settings import build_caches
-from tests.helpers import commandstats, hold, wait_until
-from tests.test_manager import forge
+from tests.helpers import commandstats, forge, hold, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -13,6 +13,7 @@ from django.test import override_settings
 from django_redis_lock import MAX_NAME_LENGTH, Lock, LockInfo, LockNotOwned, get_lock_manager, lock
 from django_redis_lock.backends import get_backend
 from testproject.settings import build_caches
+from tests.helpers import forge
 
 
 def _hold(*names: str, **options: object) -> list[Lock]:
@@ -85,13 +86,6 @@ def test_force_release_frees_and_reports() -> None:
     assert released.info.fencing_token == other.fencing_token
     assert not released.handed_over
     assert manager.force_release("other") is None
-
-
-def forge(client: redis.Redis, name: str, *, key: bytes | str | None = None, **fields: str) -> None:
-    """Write a held lock's hash by hand, as anyone who can write to Redis could."""
-    key = key or get_backend().keys_for(name).lock
-    client.hset(key, mapping={"s": "forged", "t": "1", "o": "someone", "a": "1", **fields})
-    client.pexpire(key, 60_000)
 
 
 def _hostile(client: redis.Redis) -> list[str]:
