@@ -34,10 +34,9 @@ SETUP_BATCH = 2000
 
 def take_locks(count: int, start: int = 0) -> None:
     """Hold ``count`` locks named bench:<i> for an hour, through the real acquire script."""
-    from django_redis_lock.backends import get_backend
-    from django_redis_lock.lock import tombstone_ms  # noqa: F401  (settings are valid)
+    from django_redis_lock.runtime import runtime
 
-    backend = get_backend()
+    backend = runtime().backend()
     for first in range(start, start + count, SETUP_BATCH):
         pipe = backend.client.pipeline(transaction=False)
         for i in range(first, min(first + SETUP_BATCH, start + count)):

@@ -28,9 +28,9 @@ from django.urls import URLPattern, path, reverse
 
 from django_redis_lock.display import safe_text
 from django_redis_lock.exceptions import LockUnavailable
-from django_redis_lock.lock import shorten
 from django_redis_lock.manager import LockInfo, LockManager, Released, get_lock_manager
 from django_redis_lock.models import Lock
+from django_redis_lock.validation import MAX_CURSOR, shorten
 
 #: The action of the changelist's action bar.
 RELEASE_ACTION = "release_selected"
@@ -38,7 +38,6 @@ RELEASE_ACTION = "release_selected"
 LIST_TEXT_LIMIT = 100
 _GLOB_CHARACTERS = frozenset("*?[")
 _SELECTION = re.compile(r"(?:(-?[0-9]{1,20}):)?([^:]*)")  # [token:]quoted name
-_MAX_CURSOR = 2**64 - 1  # SCAN cursors are unsigned 64-bit numbers
 _BAD_CURSOR = (
     "This page link is not valid: its page position is garbled. Start from the first page."
 )
@@ -62,8 +61,8 @@ def from_form_value(value: str) -> tuple[str, int | None]:
 
 def page_cursor(text: str) -> int:
     """The SCAN cursor of a page link, or a ValueError an operator can read."""
-    digits = text.isascii() and text.isdigit() and len(text) <= len(str(_MAX_CURSOR))
-    if not digits or int(text) > _MAX_CURSOR:
+    digits = text.isascii() and text.isdigit() and len(text) <= len(str(MAX_CURSOR))
+    if not digits or int(text) > MAX_CURSOR:
         raise ValueError(_BAD_CURSOR)
     return int(text)
 

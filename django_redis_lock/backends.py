@@ -23,8 +23,6 @@ import redis.asyncio.sentinel
 from django.core.cache import BaseCache, caches
 from django.core.cache.backends.redis import RedisCache as DjangoRedisCache
 from django.core.exceptions import ImproperlyConfigured
-from django.core.signals import setting_changed
-from django.dispatch import receiver
 from redis.commands.core import AsyncScript, Script
 from redis.exceptions import NoScriptError
 from redis.sentinel import SentinelConnectionPool
@@ -334,26 +332,3 @@ def _tag(name: str) -> str:
 def glob_escape(text: str) -> str:
     """``text`` as a Redis glob pattern that matches only itself."""
     return "".join("\\" + c if c in "*?[]\\" else c for c in text)
-
-
-_backends: dict[str, LockBackend] = {}
-_backends_mutex = threading.Lock()
-
-
-def get_backend(alias: str | None = None) -> LockBackend:
-    """The backend of cache ``alias`` (None: the REDIS_LOCK CACHE setting)."""
-    alias = lock_settings.CACHE if alias is None else alias
-    backend = _backends.get(alias)
-    if backend is None:
-        with _backends_mutex:
-            backend = _backends.get(alias)
-            if backend is None:
-                backend = _backends[alias] = LockBackend(alias)
-    return backend
-
-
-@receiver(setting_changed)
-def _forget_backends(*, setting: str, **kwargs: Any) -> None:
-    if setting in ("CACHES", "REDIS_LOCK"):
-        with _backends_mutex:
-            _backends.clear()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
@@ -9,7 +10,7 @@ from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.utils.module_loading import import_string
 
 from django_redis_lock.conf import DEFAULTS
-from django_redis_lock.lock import MAX_TIMEOUT
+from django_redis_lock.validation import seconds_to_ms, validate_flag
 
 _SUPPORTED_BACKENDS = (
     "django_redis.cache.RedisCache",
@@ -45,31 +46,31 @@ def check_settings(**kwargs: Any) -> list[CheckMessage]:
     return errors
 
 
+def _refusal(rule: Callable[[object, str], object], value: object, what: str) -> str | None:
+    """Why the rule refuses ``value`` (the message lock() would raise), or None."""
+    try:
+        rule(value, what)
+    except (TypeError, ValueError) as exc:
+        return str(exc)
+    return None
+
+
 def _check_values(options: dict[str, Any]) -> list[CheckMessage]:
     errors: list[CheckMessage] = []
     for key in ("TIMEOUT", "TOMBSTONE_TIMEOUT"):
-        value = options[key]
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, int | float)
-            or not 0.001 <= value <= MAX_TIMEOUT
-        ):
+        refusal = _refusal(seconds_to_ms, options[key], f"REDIS_LOCK[{key!r}]")
+        if refusal:
             errors.append(
                 Error(
-                    f"REDIS_LOCK[{key!r}] must be a number of seconds from 0.001 to "
-                    f"{MAX_TIMEOUT}, not {value!r}.",
+                    refusal,
                     hint="Locks never live forever: a crashed holder must not block for good.",
                     id="django_redis_lock.E005",
                 )
             )
-    errors += [
-        Error(
-            f"REDIS_LOCK[{key!r}] must be True or False, not {options[key]!r}.",
-            id="django_redis_lock.E006",
-        )
-        for key in ("AUTO_RENEW", "RUN_UNLOCKED_IF_UNAVAILABLE")
-        if not isinstance(options[key], bool)
-    ]
+    for key in ("AUTO_RENEW", "RUN_UNLOCKED_IF_UNAVAILABLE"):
+        refusal = _refusal(validate_flag, options[key], f"REDIS_LOCK[{key!r}]")
+        if refusal:
+            errors.append(Error(refusal, id="django_redis_lock.E006"))
     status = options["BUSY_STATUS"]
     if isinstance(status, bool) or not isinstance(status, int) or not 400 <= status <= 599:
         errors.append(
@@ -149,10 +150,10 @@ def _check_socket_timeout(alias: str, config: dict[str, Any]) -> list[CheckMessa
 
 
 def _check_key_function(alias: str) -> list[CheckMessage]:
-    from django_redis_lock.backends import get_backend
+    from django_redis_lock.runtime import runtime
 
     try:
-        listable = get_backend(alias).listable
+        listable = runtime().backend(alias).listable
     except Exception as exc:  # building the cache failed: say so instead of crashing checks
         return [Error(f"The cache {alias!r} cannot be used: {exc}", id="django_redis_lock.E004")]
     if listable:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
-from django.core.signals import setting_changed
-from django.dispatch import receiver
+
+from django_redis_lock.validation import seconds_to_ms
 
 #: Every key REDIS_LOCK understands, with its default.
 DEFAULTS: dict[str, Any] = {
@@ -21,8 +21,9 @@ DEFAULTS: dict[str, Any] = {
 
 
 class LockSettings:
-    """Access to ``settings.REDIS_LOCK``, read again whenever a setting changes (the
-    ``setting_changed`` signal: override_settings, pytest-django's ``settings``).
+    """Access to ``settings.REDIS_LOCK``, read again whenever the setting changes
+    (``runtime`` calls :meth:`forget` on ``setting_changed``: override_settings, pytest-django's
+    ``settings``).
 
     Values come back as configured: the lock validates them where they are used (with an
     error naming the setting), and the system checks report them at startup.
@@ -30,10 +31,12 @@ class LockSettings:
 
     def __init__(self) -> None:
         self._configured: dict[str, Any] | None = None
+        self._tombstone_ms: int | None = None
 
     def forget(self) -> None:
         """Read ``settings.REDIS_LOCK`` again on next use."""
         self._configured = None
+        self._tombstone_ms = None
 
     def _get(self, key: str) -> Any:
         configured = self._configured
@@ -69,6 +72,14 @@ class LockSettings:
         return self._get("TOMBSTONE_TIMEOUT")  # type: ignore[no-any-return]
 
     @property
+    def tombstone_ms(self) -> int:
+        """TOMBSTONE_TIMEOUT in milliseconds, checked once (a ValueError naming the setting)."""
+        if self._tombstone_ms is None:
+            value = self.TOMBSTONE_TIMEOUT
+            self._tombstone_ms = seconds_to_ms(value, "REDIS_LOCK['TOMBSTONE_TIMEOUT']")
+        return self._tombstone_ms
+
+    @property
     def BUSY_STATUS(self) -> int:
         """The HTTP status a @locked view answers while its lock is busy."""
         return self._get("BUSY_STATUS")  # type: ignore[no-any-return]
@@ -80,9 +91,3 @@ class LockSettings:
 
 
 lock_settings = LockSettings()
-
-
-@receiver(setting_changed)
-def _forget_settings(*, setting: str, **kwargs: Any) -> None:
-    if setting == "REDIS_LOCK":
-        lock_settings.forget()

@@ -27,16 +27,18 @@ from django.views import View
 
 from django_redis_lock.conf import lock_settings
 from django_redis_lock.exceptions import LockBusy, LockError, LockUnavailable
-from django_redis_lock.lock import (
+from django_redis_lock.lock import Lock
+from django_redis_lock.manager import get_lock_manager
+from django_redis_lock.naming import InvalidName, NameSpec, Naming, check_template
+from django_redis_lock.validation import (
     MAX_LABEL_LENGTH,
-    Lock,
     seconds_to_ms,
     shorten,
     validate_blocking_timeout,
     validate_label,
+    validate_optional_flag,
+    validate_using,
 )
-from django_redis_lock.manager import get_lock_manager
-from django_redis_lock.naming import InvalidName, NameSpec, Naming, check_template
 
 logger = logging.getLogger("django_redis_lock")
 
@@ -86,10 +88,8 @@ def locked(
     if on_busy is not None and not callable(on_busy):
         raise TypeError("on_busy must be a callable or None.")
     validate_label(label)
-    if using is not None and not isinstance(using, str):
-        raise TypeError(f"using must be a str or None, not {type(using).__name__}.")
-    if auto_renew is not None and not isinstance(auto_renew, bool):
-        raise TypeError(f"auto_renew must be True, False or None, not {auto_renew!r}.")
+    validate_using(using)
+    validate_optional_flag(auto_renew, "auto_renew")
     options = _Options(name, timeout, blocking_timeout, auto_renew, on_busy, label, using)
     # method_decorator decorates on every call: what can be reused is kept here.
     specs: dict[tuple[Any, type], _Spec] = {}

@@ -12,7 +12,6 @@ import asyncio
 import logging
 import math
 import os
-import socket
 import threading
 import time
 from collections.abc import Callable, Generator
@@ -26,136 +25,35 @@ from django_redis_lock import signals, waiting
 from django_redis_lock.backends import LockBackend
 from django_redis_lock.conf import lock_settings
 from django_redis_lock.exceptions import LockBusy, LockError, LockNotOwned, LockUnavailable
+from django_redis_lock.runtime import runtime
 from django_redis_lock.scripts import HANDOVER_LEASE_MS
-from django_redis_lock.watchdog import Hold, Leave, watchdog
+from django_redis_lock.validation import (
+    MAX_OWNER_LENGTH,
+    refuse_contradiction,
+    seconds_to_ms,
+    shorten,
+    validate_blocking_timeout,
+    validate_flag,
+    validate_label,
+    validate_name,
+)
+from django_redis_lock.watchdog import Hold, Leave
 
 logger = logging.getLogger("django_redis_lock")
-
-#: The longest lock name accepted, in characters.
-MAX_NAME_LENGTH = 1024
-#: The longest lease, extension or tombstone accepted, in seconds (a year).
-MAX_TIMEOUT = 365 * 24 * 3600
-#: The longest label accepted, in characters (labels are shown to operators).
-MAX_LABEL_LENGTH = 256
-#: The owner text stored with a hold is cut to this many characters (long thread names).
-MAX_OWNER_LENGTH = 256
 
 # How long a queued waiter's place outlives the slice it waits for, to cover its wake-up.
 _QUEUE_GRACE_MS = 2000
 
-_HOST = socket.gethostname()
-
-
-def validate_name(name: object) -> str:
-    """``name`` if it is a usable lock name, else a TypeError or ValueError saying why."""
-    if not isinstance(name, str):
-        raise TypeError(f"A lock name must be a str, not {type(name).__name__}.")
-    if not name:
-        raise ValueError("A lock name must not be empty.")
-    if len(name) > MAX_NAME_LENGTH:
-        raise ValueError(
-            f"A lock name is at most {MAX_NAME_LENGTH} characters; this one has {len(name)}."
-        )
-    try:
-        name.encode()
-    except UnicodeEncodeError as exc:
-        raise ValueError(f"A lock name must be valid Unicode text: {exc}") from None
-    return name
-
-
-def validate_label(label: object) -> str | None:
-    """``label`` if it is a usable label (None or a str of at most MAX_LABEL_LENGTH)."""
-    if label is None:
-        return None
-    if not isinstance(label, str):
-        raise TypeError(f"label must be a str or None, not {type(label).__name__}.")
-    if len(label) > MAX_LABEL_LENGTH:
-        raise ValueError(
-            f"A lock label is at most {MAX_LABEL_LENGTH} characters; this one has {len(label)}."
-        )
-    try:
-        label.encode()
-    except UnicodeEncodeError as exc:
-        raise ValueError(f"A lock label must be valid Unicode text: {exc}") from None
-    return label
-
-
-def shorten(text: str, limit: int) -> str:
-    """``text`` cut to at most ``limit`` characters, ending with an ellipsis when cut."""
-    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
-
-
-def seconds_to_ms(value: object, what: str) -> int:
-    """A positive, finite number of seconds as whole milliseconds (at least 1)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"{what} must be a number of seconds, not {type(value).__name__}.")
-    if not math.isfinite(value) or value <= 0 or value > MAX_TIMEOUT:
-        raise ValueError(
-            f"{what} must be a positive number of seconds up to {MAX_TIMEOUT}, not {value!r}."
-        )
-    return max(1, round(value * 1000))
-
-
-_tombstone: tuple[object, int] = (None, 0)  # (the setting's value, it in ms): checked once
-
-
-def tombstone_ms() -> int:
-    """How long a released lock keeps its last fencing token, in ms (from the settings)."""
-    global _tombstone
-    value = lock_settings.TOMBSTONE_TIMEOUT
-    if value is not _tombstone[0]:
-        _tombstone = (value, seconds_to_ms(value, "REDIS_LOCK['TOMBSTONE_TIMEOUT']"))
-    return _tombstone[1]
-
-
-def validate_blocking_timeout(value: object) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(
-            f"blocking_timeout must be a number of seconds or None, not {type(value).__name__}."
-        )
-    if math.isnan(value) or value < 0:
-        raise ValueError(f"blocking_timeout must be zero or more seconds, not {value!r}.")
-    if math.isinf(value):
-        raise ValueError("blocking_timeout=inf: pass None to wait without limit.")
-    return float(value)
-
-
-def _refuse_contradiction(wait: bool, limit: float | None) -> None:
-    """A ValueError for ``blocking=False`` with a ``blocking_timeout`` that asks to wait."""
-    if not wait and limit:
-        raise ValueError(
-            f"blocking=False with blocking_timeout={limit!r}: a lock that does not wait has no "
-            "wait to limit. Pass blocking_timeout alone to wait that long, or blocking=False alone."
-        )
-
-
-def _flag(value: object, what: str) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"{what} must be True or False, not {value!r}.")
-    return value
-
-
-_process = f"{_HOST} pid {os.getpid()}"
-
-
-def _after_fork_in_child() -> None:
-    global _process
-    _process = f"{_HOST} pid {os.getpid()}"
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)
-
 
 def _thread_owner() -> str:
-    return shorten(f"{_process} thread {threading.current_thread().name}", MAX_OWNER_LENGTH)
+    where = f"thread {threading.current_thread().name}"
+    return shorten(f"{runtime().process} {where}", MAX_OWNER_LENGTH)
 
 
 def _task_owner() -> str:
     task = asyncio.current_task()
     where = f"task {task.get_name()}" if task is not None else "event loop"
-    return shorten(f"{_process} {where}", MAX_OWNER_LENGTH)
+    return shorten(f"{runtime().process} {where}", MAX_OWNER_LENGTH)
 
 
 def _new_secret() -> str:
@@ -206,15 +104,15 @@ class Lock:
             lock_settings.TIMEOUT if timeout is None else timeout,
             "timeout" if timeout is not None else "REDIS_LOCK['TIMEOUT']",
         )
-        self._blocking = _flag(blocking, "blocking")
+        self._blocking = validate_flag(blocking, "blocking")
         self._blocking_timeout = validate_blocking_timeout(blocking_timeout)
-        _refuse_contradiction(self._blocking, self._blocking_timeout)
+        refuse_contradiction(self._blocking, self._blocking_timeout)
         self._auto_renew = (
-            _flag(lock_settings.AUTO_RENEW, "REDIS_LOCK['AUTO_RENEW']")
+            validate_flag(lock_settings.AUTO_RENEW, "REDIS_LOCK['AUTO_RENEW']")
             if auto_renew is None
-            else _flag(auto_renew, "auto_renew")
+            else validate_flag(auto_renew, "auto_renew")
         )
-        self._reentrant = _flag(reentrant, "reentrant")
+        self._reentrant = validate_flag(reentrant, "reentrant")
         self.label = validate_label(label)
         self._backend = backend
         self._keys = backend.keys_for(self.name)
@@ -252,7 +150,7 @@ class Lock:
             if self._confirmed(self._call(self._backend.scripts.extend, [self._keys.lock], args)):
                 return self._reenter()
         secret, owner = _new_secret(), _thread_owner()
-        listener = waiting.listener_for(self._backend)
+        listener = runtime().listener(self._backend)
         plan = self._plan(wait, limit)
         ticket: waiting.SyncTicket | None = None
         result: Any = None
@@ -292,7 +190,7 @@ class Lock:
             if self._confirmed(await self._acall(scripts.extend, [self._keys.lock], args)):
                 return self._reenter()
         secret, owner = _new_secret(), _task_owner()
-        listener = waiting.listener_for(self._backend)
+        listener = runtime().listener(self._backend)
         plan = self._plan(wait, limit)
         ticket: waiting.AsyncTicket | None = None
         result: Any = None
@@ -328,11 +226,11 @@ class Lock:
         """Whether to wait, and for how long at most, from acquire()'s arguments and lock()'s."""
         if blocking is None and blocking_timeout is None:
             return self._blocking, self._blocking_timeout
-        wait = self._blocking if blocking is None else _flag(blocking, "blocking")
+        wait = self._blocking if blocking is None else validate_flag(blocking, "blocking")
         if blocking_timeout is None:
             return wait, self._blocking_timeout
         limit = validate_blocking_timeout(blocking_timeout)
-        _refuse_contradiction(wait, limit)
+        refuse_contradiction(wait, limit)
         return wait, limit
 
     def _plan(self, wait: bool, limit: float | None) -> Generator[_Step, Any, _Acquired | None]:
@@ -378,18 +276,18 @@ class Lock:
     def _leave(self, secret: str, *, now: bool) -> None:
         """Free what an attempt of ``secret`` may have got, or take it out of the queue: at
         once when Redis is fine (``now``), else through the watchdog once Redis answers."""
-        args: list[Any] = [secret, tombstone_ms()]
+        args: list[Any] = [secret, lock_settings.tombstone_ms]
         if now:
             try:
                 self._backend.scripts.leave(keys=self._keys.all, args=args)
                 return
             except Exception:  # Redis failed meanwhile: the watchdog settles it later
                 pass
-        watchdog().settle(Leave(self._backend, self._keys, args))
+        runtime().watchdog.settle(Leave(self._backend, self._keys, args))
 
     async def _aleave(self, secret: str, *, now: bool) -> None:
         """:meth:`_leave` for async code."""
-        args: list[Any] = [secret, tombstone_ms()]
+        args: list[Any] = [secret, lock_settings.tombstone_ms]
         if now:
             _, scripts = self._backend.async_client()
             try:
@@ -397,7 +295,7 @@ class Lock:
                 return
             except Exception:  # as in _leave()
                 pass
-        watchdog().settle(Leave(self._backend, self._keys, args))
+        runtime().watchdog.settle(Leave(self._backend, self._keys, args))
 
     def _acquire_args(self, secret: str, owner: str, wait_ms: int, channel: str) -> list[Any]:
         return [
@@ -457,7 +355,7 @@ class Lock:
                 lease_ms,
                 repeat=self._auto_renew,
             )
-            watchdog().add(self._hold)
+            runtime().watchdog.add(self._hold)
         logger.debug("Acquired lock %r (fencing token %s).", self.name, self.fencing_token)
         self._send(signals.lock_acquired, self.fencing_token)
         return True
@@ -469,7 +367,7 @@ class Lock:
         secret = self._release_begin()
         if secret is None:
             return
-        args = [secret, tombstone_ms()]
+        args = [secret, lock_settings.tombstone_ms]
         self._release_end(self._call(self._backend.scripts.release, self._keys.all, args))
 
     async def arelease(self) -> None:
@@ -478,7 +376,7 @@ class Lock:
         if secret is None:
             return
         _, scripts = self._backend.async_client()
-        args = [secret, tombstone_ms()]
+        args = [secret, lock_settings.tombstone_ms]
         self._release_end(await self._acall(scripts.release, self._keys.all, args))
 
     def _release_begin(self) -> str | None:
@@ -529,7 +427,7 @@ class Lock:
             if additional_time is None
             else seconds_to_ms(additional_time, "additional_time")
         )
-        mode = "replace" if _flag(replace_ttl, "replace_ttl") else "add"
+        mode = "replace" if validate_flag(replace_ttl, "replace_ttl") else "add"
         secret = self._owned_secret()
         if self.lost:
             raise LockNotOwned(f"The lock {self.name!r} was lost; it cannot be extended.")
@@ -605,7 +503,7 @@ class Lock:
 
     def _stop_renewing(self) -> None:
         if self._hold is not None:
-            watchdog().remove(self._hold)
+            runtime().watchdog.remove(self._hold)
             self._hold = None
 
     def _forget(self) -> None:

@@ -14,15 +14,21 @@ from typing import Any
 
 import redis
 
-from django_redis_lock.backends import LockBackend, get_backend
+from django_redis_lock.backends import LockBackend
+from django_redis_lock.conf import lock_settings
 from django_redis_lock.exceptions import LockUnavailable
-from django_redis_lock.lock import Lock, tombstone_ms, validate_name
+from django_redis_lock.lock import Lock
+from django_redis_lock.runtime import runtime
+from django_redis_lock.validation import (
+    validate_cursor,
+    validate_name,
+    validate_pattern,
+    validate_using,
+)
 
 logger = logging.getLogger("django_redis_lock")
 
 _UTC = datetime.timezone.utc
-# SCAN cursors are unsigned 64-bit numbers.
-_MAX_CURSOR = 2**64 - 1
 # At most this many SCAN calls serve one page, so a search that matches little stays quick
 # on a large database; the page then ends early with a cursor to go on from.
 _MAX_SCANS_PER_PAGE = 50
@@ -127,29 +133,6 @@ def _warn_skipped(count: int) -> None:
         )
 
 
-def validate_pattern(pattern: object) -> str:
-    """``pattern`` if it is a usable Redis glob (``*``, ``?``, ``[...]``, ``\\`` escapes)."""
-    if not isinstance(pattern, str):
-        raise TypeError(f"A lock name pattern must be a str, not {type(pattern).__name__}.")
-    if not pattern:
-        raise ValueError("A lock name pattern must not be empty; '*' matches every lock.")
-    escaped = in_class = False
-    for char in pattern:
-        if escaped:
-            escaped = False
-        elif char == "\\":
-            escaped = True
-        elif char == "[" and not in_class:
-            in_class = True
-        elif char == "]" and in_class:
-            in_class = False
-    if escaped:
-        raise ValueError(f"The pattern {pattern!r} ends with a lone backslash.")
-    if in_class:
-        raise ValueError(f"The pattern {pattern!r} has a '[' without its ']'.")
-    return pattern
-
-
 class LockManager:
     """The locks of one cache alias; get one with :func:`get_lock_manager`."""
 
@@ -189,12 +172,7 @@ class LockManager:
         ``next_cursor`` is 0 on the last page. Skips what :meth:`list` skips.
         """
         match = self._backend.scan_pattern(validate_pattern(pattern))
-        if (
-            isinstance(cursor, bool)
-            or not isinstance(cursor, int)
-            or not 0 <= cursor <= _MAX_CURSOR
-        ):
-            raise ValueError(f"A SCAN cursor is a whole number from 0 to 2**64-1, not {cursor!r}.")
+        cursor = validate_cursor(cursor)
         found: InfoList = []
         skipped = 0
         try:
@@ -282,7 +260,7 @@ class LockManager:
         Without it, a hold whose data this library did not write is released too.
         """
         keys = self._backend.keys_for(validate_name(name)).all
-        args = [tombstone_ms(), "" if fencing_token is None else int(fencing_token)]
+        args = [lock_settings.tombstone_ms, "" if fencing_token is None else int(fencing_token)]
         try:
             held = self._backend.scripts.force_release(keys=keys, args=args)
         except redis.RedisError as exc:
@@ -314,7 +292,7 @@ class LockManager:
             for info in found:
                 if not started <= info.acquired_at <= started + running:
                     keys = backend.keys_for(info.name).all
-                    args = [tombstone_ms(), info.fencing_token]
+                    args = [lock_settings.tombstone_ms, info.fencing_token]
                     backend.scripts.force_release(keys=keys, args=args, client=write)
             try:
                 results = write.execute()
@@ -335,9 +313,7 @@ def _released(name: str, held: Sequence[bytes | int | None]) -> Released:
 
 
 def _backend_of(using: str | None) -> LockBackend:
-    if using is not None and not isinstance(using, str):
-        raise TypeError(f"using must be a cache alias (str) or None, not {type(using).__name__}.")
-    return get_backend(using)
+    return runtime().backend(validate_using(using))
 
 
 def get_lock_manager(using: str | None = None) -> LockManager:

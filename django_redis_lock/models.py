@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from django.db import models
 
-from django_redis_lock.lock import MAX_NAME_LENGTH
+from django_redis_lock.validation import MAX_NAME_LENGTH
 
 
 class Lock(models.Model):

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from django_redis_lock.lock import validate_name
+from django_redis_lock.validation import validate_name
 
 _CONVERSIONS: dict[str, Callable[[object], str]] = {"r": repr, "s": str, "a": ascii}
 # A field name: the argument, then .attribute and [index] steps (an index may hold '.' or '[').

@@ -19,15 +19,12 @@ import asyncio
 import collections
 import contextlib
 import logging
-import os
 import threading
 import time
 import uuid
 from typing import Any, NamedTuple
 
 import redis
-from django.core.signals import setting_changed
-from django.dispatch import receiver
 
 from django_redis_lock.backends import LockBackend
 
@@ -269,41 +266,3 @@ class Listener:
             tickets = list(self._tickets.values())
         for ticket in tickets:
             ticket.wake(None)
-
-
-_listeners: dict[LockBackend, Listener] = {}
-_listeners_mutex = threading.Lock()
-
-
-def listener_for(backend: LockBackend) -> Listener:
-    """This process's listener on ``backend`` (its thread starts on first :meth:`start`)."""
-    listener = _listeners.get(backend)
-    if listener is None:
-        with _listeners_mutex:
-            listener = _listeners.get(backend)
-            if listener is None:
-                listener = _listeners[backend] = Listener(backend)
-    return listener
-
-
-def _stop_all() -> None:
-    with _listeners_mutex:
-        for listener in _listeners.values():
-            listener.stop()
-        _listeners.clear()
-
-
-@receiver(setting_changed)
-def _forget_listeners(*, setting: str, **kwargs: Any) -> None:
-    if setting in ("CACHES", "REDIS_LOCK"):
-        _stop_all()
-
-
-def _after_fork_in_child() -> None:
-    # The parent's listener threads do not exist here and its sockets are not ours to use.
-    global _listeners, _listeners_mutex
-    _listeners = {}
-    _listeners_mutex = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)

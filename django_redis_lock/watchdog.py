@@ -24,7 +24,6 @@ import collections
 import heapq
 import itertools
 import logging
-import os
 import threading
 import time
 import weakref
@@ -290,19 +289,3 @@ class Watchdog:
             notify = lock._mark_lost() if lock is not None else None
         if notify is not None:
             notify()
-
-
-_watchdog = Watchdog()
-
-
-def watchdog() -> Watchdog:
-    """This process's watchdog."""
-    return _watchdog
-
-
-def _after_fork_in_child() -> None:
-    global _watchdog
-    _watchdog = Watchdog()
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)

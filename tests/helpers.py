@@ -14,7 +14,7 @@ from django.dispatch import Signal
 from django.test.utils import override_settings
 
 from django_redis_lock import Lock, lock
-from django_redis_lock.backends import get_backend
+from django_redis_lock.runtime import runtime
 from testproject.settings import build_caches
 
 
@@ -159,6 +159,6 @@ async def until_redis_has_unread_request(port: int, timeout: float = 5.0) -> Non
 
 def forge(client: redis.Redis, name: str, *, key: bytes | str | None = None, **fields: str) -> None:
     """Write a held lock's hash by hand, as anyone who can write to Redis could."""
-    key = key or get_backend().keys_for(name).lock
+    key = key or runtime().backend().keys_for(name).lock
     client.hset(key, mapping={"s": "forged", "t": "1", "o": "someone", "a": "1", **fields})
     client.pexpire(key, 60_000)

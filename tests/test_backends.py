@@ -13,7 +13,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 
 from django_redis_lock import LockUnavailable, get_lock_manager, lock
-from django_redis_lock.backends import get_backend
+from django_redis_lock.runtime import runtime
 from testproject.redis_server import RedisServerGroup
 from testproject.settings import build_caches
 from tests.helpers import wait_until
@@ -28,7 +28,7 @@ def _hash_tag(key: str) -> str:
 
 def test_keys_use_the_cache_key_function_and_share_a_hash_tag() -> None:
     for name in ("plain", "{braced}", "}odd{", "star*"):
-        keys = get_backend().keys_for(name)
+        keys = runtime().backend().keys_for(name)
         assert keys.lock.startswith("testproject:1:lock:{")
         assert keys.lock.endswith(f":l:{name}")
         assert len({_hash_tag(key) for key in keys.all}) == 1
@@ -39,7 +39,7 @@ def test_a_prefix_with_a_brace_still_gives_one_slot(redis_url: str) -> None:
     caches = build_caches(redis_url)
     caches["default"]["KEY_PREFIX"] = "app{v2"
     with override_settings(CACHES=caches):
-        keys = get_backend().keys_for("job").all
+        keys = runtime().backend().keys_for("job").all
         assert len({_hash_tag(key) for key in keys}) == 1
         with lock("job"):
             assert get_lock_manager().get("job") is not None
@@ -193,5 +193,5 @@ def test_clients_of_closed_event_loops_do_not_pile_up(redis_client: redis.Redis)
     before = len(redis_client.client_list())
     for _ in range(20):
         asyncio.run(cycle())
-    assert len(get_backend()._async) == 1
+    assert len(runtime().backend()._async) == 1
     assert len(redis_client.client_list()) <= before + 1

@@ -16,7 +16,7 @@ from django.core.management import CommandError, call_command
 from django.test import override_settings
 
 from django_redis_lock import get_lock_manager, lock
-from django_redis_lock.backends import get_backend
+from django_redis_lock.runtime import runtime
 from testproject.redis_server import RedisServerGroup
 from testproject.settings import build_caches
 from tests.helpers import commandstats, forge, hold, wait_until
@@ -239,7 +239,7 @@ def test_hostile_data_never_breaks_the_command(redis_client: redis.Redis) -> Non
     hold("fine")
     forge(redis_client, "huge-time", a="1" * 30)
     forge(redis_client, "negative", t="-5", a="-5")
-    forever = get_backend().keys_for("forever").lock
+    forever = runtime().backend().keys_for("forever").lock
     forge(redis_client, "forever")
     redis_client.persist(forever)
     table = _run("list")

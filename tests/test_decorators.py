@@ -18,7 +18,7 @@ from django.utils.decorators import method_decorator
 from django.views import View
 
 from django_redis_lock import LockBusy, LockUnavailable, get_lock_manager, lock, locked, signals
-from django_redis_lock.lock import MAX_LABEL_LENGTH, MAX_NAME_LENGTH
+from django_redis_lock.validation import MAX_LABEL_LENGTH, MAX_NAME_LENGTH
 from testproject.redis_server import RedisServerGroup
 from testproject.settings import build_caches
 from tests import views

@@ -27,7 +27,7 @@ from django_redis_lock import (
     lock,
     signals,
 )
-from django_redis_lock.backends import get_backend
+from django_redis_lock.runtime import runtime
 from tests.helpers import (
     FaultyConnection,
     builtin_cache_with,
@@ -493,7 +493,7 @@ def test_a_second_acquire_of_a_lock_without_expiry_changes_nothing(
 ) -> None:
     held = lock("persisted", auto_renew=False)
     held.acquire()
-    key = get_backend().keys_for("persisted").lock
+    key = runtime().backend().keys_for("persisted").lock
     redis_client.persist(key)  # by hand: the key lost its expiry
     with pytest.raises(LockError):
         held.acquire(blocking=False)  # still held: the question changed nothing

@@ -11,7 +11,7 @@ import redis
 from django.test import override_settings
 
 from django_redis_lock import MAX_NAME_LENGTH, Lock, LockInfo, LockNotOwned, get_lock_manager, lock
-from django_redis_lock.backends import get_backend
+from django_redis_lock.runtime import runtime
 from testproject.settings import build_caches
 from tests.helpers import forge
 
@@ -97,7 +97,7 @@ def _hostile(client: redis.Redis) -> list[str]:
     forge(client, "no-time", a="")
     forge(client, "x" * (MAX_NAME_LENGTH + 1))
     forge(client, "")
-    tagged = get_backend().keys_for("tagged").lock
+    tagged = runtime().backend().keys_for("tagged").lock
     forge(client, "", key=tagged.replace(":l:tagged", ":l:retagged"))  # "retagged", wrong tag
     forge(client, "", key=tagged.encode().replace(b":l:tagged", b":l:\xff\xfe"))
     return ["huge-time", "text-token", "float-token", "inexact-token", "no-time", "retagged"]
@@ -108,7 +108,7 @@ def test_listing_skips_what_it_cannot_show_and_warns_once(
 ) -> None:
     _hold("fine", auto_renew=False)
     names = _hostile(redis_client)
-    redis_client.set(get_backend().keys_for("a-string").lock, "not a hash")  # not held: quiet
+    redis_client.set(runtime().backend().keys_for("a-string").lock, "not a hash")  # not held: quiet
     manager = get_lock_manager()
     with caplog.at_level(logging.WARNING, logger="django_redis_lock"):
         assert [info.name for info in manager.list()] == ["fine"]

@@ -14,16 +14,15 @@ import pytest
 import redis
 
 from django_redis_lock import Lock, lock, signals
-from django_redis_lock.backends import get_backend
+from django_redis_lock.runtime import runtime
 from django_redis_lock.scripts import HANDOVER_LEASE_MS
-from django_redis_lock.waiting import listener_for
 from tests.helpers import commandstats, wait_until
 
 
 @pytest.fixture
 def listening() -> None:
     """This process already listens for grants, as it does after its first wait."""
-    listener = listener_for(get_backend())
+    listener = runtime().listener(runtime().backend())
     listener.start()
     assert listener.wait_ready(5)
 
@@ -392,7 +391,7 @@ def test_only_the_first_waiter_looks_again_when_a_renewed_lease_ends(
 def test_the_listener_comes_back_quickly_however_often_it_was_cut_off(
     redis_client: redis.Redis, busy_events: threading.Semaphore
 ) -> None:
-    channel = listener_for(get_backend()).channel
+    channel = runtime().listener(runtime().backend()).channel
 
     def subscribed() -> bool:
         return bool(redis_client.pubsub_numsub(channel)[0][1])

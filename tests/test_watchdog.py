@@ -13,7 +13,7 @@ import redis
 from django.test import override_settings
 
 from django_redis_lock import LockNotOwned, LockUnavailable, get_lock_manager, lock, signals
-from django_redis_lock.watchdog import watchdog
+from django_redis_lock.runtime import runtime
 from testproject.redis_server import RedisServer, RedisServerGroup
 from testproject.settings import build_caches
 from tests.helpers import (
@@ -102,7 +102,7 @@ def test_child_process_never_renews_the_parents_locks() -> None:
     os.close(write)
     try:
         assert held._hold is not None
-        watchdog().remove(held._hold)  # the parent stops renewing: only a child could now
+        runtime().watchdog.remove(held._hold)  # the parent stops renewing: only a child could now
         wait_until(lambda: not lock("parent-only").locked(), timeout=2)
     finally:
         result = os.read(read, 1)
@@ -116,7 +116,7 @@ def test_a_lock_taken_and_released_in_a_loop_rarely_wakes_the_watchdog(
 ) -> None:
     with lock("starts-the-thread"):
         pass
-    dog = watchdog()
+    dog = runtime().watchdog
     wait_until(lambda: dog._ticking, timeout=2)
     wake_ups = []
     notify = dog._cond.notify
@@ -134,7 +134,7 @@ def test_a_lock_taken_and_released_in_a_loop_rarely_wakes_the_watchdog(
 def test_a_hold_registered_without_the_lock_is_renewed_in_time() -> None:
     with lock("starts-the-thread"):
         pass
-    dog = watchdog()
+    dog = runtime().watchdog
     wait_until(lambda: dog._ticking, timeout=2)
     held = lock("registered-lock-free", timeout=3)  # first renewal after 1 s: a tick or more
     assert held.acquire()

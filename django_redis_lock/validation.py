@@ -1,0 +1,137 @@
+"""The rules every input follows, in one place: lock(), @locked, the manager and the checks.
+
+Each function returns the value it accepts (converted where that is its job) or raises
+``TypeError``/``ValueError`` with a message that names what was wrong, so that a refused call
+loses nothing and says why.
+"""
+
+from __future__ import annotations
+
+import math
+
+#: The longest lock name accepted, in characters.
+MAX_NAME_LENGTH = 1024
+#: The longest label accepted, in characters (labels are shown to operators).
+MAX_LABEL_LENGTH = 256
+#: The owner text stored with a hold is cut to this many characters (long thread names).
+MAX_OWNER_LENGTH = 256
+#: The shortest lease, extension or tombstone accepted, in seconds (a millisecond).
+MIN_TIMEOUT = 0.001
+#: The longest lease, extension or tombstone accepted, in seconds (a year).
+MAX_TIMEOUT = 365 * 24 * 3600
+#: SCAN cursors are unsigned 64-bit numbers.
+MAX_CURSOR = 2**64 - 1
+
+
+def _text(value: object, what: str, limit: int) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"A lock {what} must be a str, not {type(value).__name__}.")
+    if len(value) > limit:
+        raise ValueError(f"A lock {what} is at most {limit} characters; this one has {len(value)}.")
+    try:
+        value.encode()
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"A lock {what} must be valid Unicode text: {exc}") from None
+    return value
+
+
+def validate_name(name: object) -> str:
+    """``name`` if it is a usable lock name: a non-empty str of at most MAX_NAME_LENGTH."""
+    if name == "":
+        raise ValueError("A lock name must not be empty.")
+    return _text(name, "name", MAX_NAME_LENGTH)
+
+
+def validate_label(label: object) -> str | None:
+    """``label`` if it is a usable label: None, or a str of at most MAX_LABEL_LENGTH."""
+    return None if label is None else _text(label, "label", MAX_LABEL_LENGTH)
+
+
+def shorten(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` characters, ending with an ellipsis when cut."""
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
+
+
+def seconds_to_ms(value: object, what: str) -> int:
+    """A number of seconds from MIN_TIMEOUT to MAX_TIMEOUT, as whole milliseconds."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{what} must be a number of seconds, not {type(value).__name__}.")
+    if not (math.isfinite(value) and MIN_TIMEOUT <= value <= MAX_TIMEOUT):
+        raise ValueError(
+            f"{what} must be a number of seconds from {MIN_TIMEOUT} up to {MAX_TIMEOUT}, "
+            f"not {value!r}."
+        )
+    return round(value * 1000)
+
+
+def validate_blocking_timeout(value: object) -> float | None:
+    """``value`` as seconds to wait at most: None (no limit), or zero or more."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(
+            f"blocking_timeout must be a number of seconds or None, not {type(value).__name__}."
+        )
+    if math.isnan(value) or value < 0:
+        raise ValueError(f"blocking_timeout must be zero or more seconds, not {value!r}.")
+    if math.isinf(value):
+        raise ValueError("blocking_timeout=inf: pass None to wait without limit.")
+    return float(value)
+
+
+def refuse_contradiction(wait: bool, limit: float | None) -> None:
+    """A ValueError for ``blocking=False`` with a ``blocking_timeout`` that asks to wait."""
+    if not wait and limit:
+        raise ValueError(
+            f"blocking=False with blocking_timeout={limit!r}: a lock that does not wait has no "
+            "wait to limit. Pass blocking_timeout alone to wait that long, or blocking=False alone."
+        )
+
+
+def validate_flag(value: object, what: str) -> bool:
+    """``value`` if it is True or False."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{what} must be True or False, not {value!r}.")
+    return value
+
+
+def validate_optional_flag(value: object, what: str) -> bool | None:
+    """``value`` if it is True, False or None (None: the setting decides)."""
+    return None if value is None else validate_flag(value, what)
+
+
+def validate_using(using: object) -> str | None:
+    """``using`` if it can name a cache alias (a str), or None for the REDIS_LOCK CACHE."""
+    if using is not None and not isinstance(using, str):
+        raise TypeError(f"using must be a cache alias (str) or None, not {type(using).__name__}.")
+    return using
+
+
+def validate_pattern(pattern: object) -> str:
+    """``pattern`` if it is a usable Redis glob (``*``, ``?``, ``[...]``, ``\\`` escapes)."""
+    if not isinstance(pattern, str):
+        raise TypeError(f"A lock name pattern must be a str, not {type(pattern).__name__}.")
+    if not pattern:
+        raise ValueError("A lock name pattern must not be empty; '*' matches every lock.")
+    escaped = in_class = False
+    for char in pattern:
+        if escaped:
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif char == "[" and not in_class:
+            in_class = True
+        elif char == "]" and in_class:
+            in_class = False
+    if escaped:
+        raise ValueError(f"The pattern {pattern!r} ends with a lone backslash.")
+    if in_class:
+        raise ValueError(f"The pattern {pattern!r} has a '[' without its ']'.")
+    return pattern
+
+
+def validate_cursor(cursor: object) -> int:
+    """``cursor`` if it is a SCAN cursor: a whole number from 0 to MAX_CURSOR."""
+    if isinstance(cursor, bool) or not isinstance(cursor, int) or not 0 <= cursor <= MAX_CURSOR:
+        raise ValueError(f"A SCAN cursor is a whole number from 0 to 2**64-1, not {cursor!r}.")
+    return cursor
