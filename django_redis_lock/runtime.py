@@ -12,7 +12,8 @@ from __future__ import annotations
 import os
 import socket
 import threading
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from django.core.signals import setting_changed
 from django.dispatch import receiver
@@ -23,6 +24,8 @@ from django_redis_lock.waiting import Listener
 from django_redis_lock.watchdog import Watchdog
 
 _HOST = socket.gethostname()
+K = TypeVar("K")
+V = TypeVar("V")
 
 
 class Runtime:
@@ -40,23 +43,21 @@ class Runtime:
     def backend(self, alias: str | None = None) -> LockBackend:
         """The connection to the Redis of cache ``alias`` (None: the REDIS_LOCK CACHE)."""
         alias = lock_settings.CACHE if alias is None else alias
-        backend = self._backends.get(alias)
-        if backend is None:
-            with self._mutex:
-                backend = self._backends.get(alias)
-                if backend is None:
-                    backend = self._backends[alias] = LockBackend(alias)
-        return backend
+        return self._once(self._backends, alias, LockBackend)
 
     def listener(self, backend: LockBackend) -> Listener:
         """This process's listener for grants on ``backend`` (its thread starts on demand)."""
-        listener = self._listeners.get(backend)
-        if listener is None:
+        return self._once(self._listeners, backend, Listener)
+
+    def _once(self, made: dict[K, V], key: K, make: Callable[[K], V]) -> V:
+        """``made[key]``, made by ``make(key)`` the first time, once whatever the threads."""
+        found = made.get(key)
+        if found is None:
             with self._mutex:
-                listener = self._listeners.get(backend)
-                if listener is None:
-                    listener = self._listeners[backend] = Listener(backend)
-        return listener
+                found = made.get(key)
+                if found is None:
+                    found = made[key] = make(key)
+        return found
 
     def reset(self) -> None:
         """Forget the connections and stop the listeners: the settings changed."""
