@@ -37,12 +37,13 @@ def take_locks(count: int, start: int = 0) -> None:
     from django_redis_lock.runtime import runtime
 
     backend = runtime().backend()
+    backend.load("acquire")
     for first in range(start, start + count, SETUP_BATCH):
         pipe = backend.client.pipeline(transaction=False)
         for i in range(first, min(first + SETUP_BATCH, start + count)):
             keys = backend.keys_for(f"bench:{i:07}").all
             args = [f"secret-{i}", 3_600_000, f"bench-host pid {os.getpid()}", "bench", 0, "-", 0]
-            backend.scripts.acquire(keys=keys, args=args, client=pipe)
+            backend.queue(pipe, "acquire", keys, args)
         pipe.execute()
 
 

@@ -23,7 +23,6 @@ import redis.asyncio.sentinel
 from django.core.cache import BaseCache, caches
 from django.core.cache.backends.redis import RedisCache as DjangoRedisCache
 from django.core.exceptions import ImproperlyConfigured
-from redis.commands.core import AsyncScript, Script
 from redis.exceptions import NoScriptError
 from redis.sentinel import SentinelConnectionPool
 
@@ -84,72 +83,49 @@ class LockKeys:
         object.__setattr__(self, "all", (self.lock, self.queue, self.waiters))
 
 
-class LockScript:
-    """A Lua script of the lock, run with EVALSHA on a sync client (loaded only on NOSCRIPT).
+class LuaScript:
+    """A Lua script of the lock, run with EVALSHA (with EVAL, which also loads it, when the
+    server lost its scripts: a restart, a failover, SCRIPT FLUSH), on a sync or async client.
 
-    The call goes straight to the client's ``execute_command`` (so its retries and connection
-    handling apply): redis-py's ``Script`` call adds an import and several layers per call,
-    which cost about a tenth of an uncontended acquire and release. ``client=`` (a pipeline)
-    goes through ``Script``, which loads the script before the pipeline runs.
+    The call goes straight to the client's ``execute_command``, so its retries and connection
+    handling apply; redis-py's ``Script`` adds layers per call that cost about a tenth of an
+    uncontended acquire and release.
     """
 
-    __slots__ = ("_client", "_script")
+    __slots__ = ("sha", "source")
 
-    def __init__(self, client: redis.Redis, source: str) -> None:
-        self._client = client
-        self._script: Script = client.register_script(source)
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.sha = hashlib.sha1(source.encode()).hexdigest()
 
-    def __call__(
-        self, keys: Sequence[str | bytes], args: Sequence[Any] = (), client: Any = None
-    ) -> Any:
-        if client is not None:
-            return self._script(keys=keys, args=args, client=client)
+    def run(self, client: redis.Redis, keys: Sequence[str | bytes], args: Sequence[Any]) -> Any:
+        """Run it on a sync client; its reply."""
         try:
-            return self._client.execute_command(  # type: ignore[no-untyped-call]
-                "EVALSHA", self._script.sha, len(keys), *keys, *args
-            )
-        except NoScriptError:  # the server lost its scripts (a restart, SCRIPT FLUSH)
-            return self._script(keys=keys, args=args)
-
-
-class AsyncLockScript:
-    """:class:`LockScript` for an asyncio client."""
-
-    __slots__ = ("_client", "_script")
-
-    def __init__(self, client: redis.asyncio.Redis, source: str) -> None:
-        self._client = client
-        self._script: AsyncScript = client.register_script(source)
-
-    async def __call__(self, keys: Sequence[str | bytes], args: Sequence[Any] = ()) -> Any:
-        try:
-            return await self._client.execute_command(  # type: ignore[no-untyped-call]
-                "EVALSHA", self._script.sha, len(keys), *keys, *args
-            )
+            return client.execute_command("EVALSHA", self.sha, len(keys), *keys, *args)  # type: ignore[no-untyped-call]
         except NoScriptError:
-            return await self._script(keys=keys, args=args)
+            return client.execute_command("EVAL", self.source, len(keys), *keys, *args)  # type: ignore[no-untyped-call]
+
+    async def arun(
+        self, client: redis.asyncio.Redis, keys: Sequence[str | bytes], args: Sequence[Any]
+    ) -> Any:
+        """Run it on an asyncio client; its reply."""
+        command = ("EVALSHA", self.sha, len(keys), *keys, *args)
+        try:
+            return await client.execute_command(*command)  # type: ignore[no-untyped-call]
+        except NoScriptError:
+            return await client.execute_command("EVAL", self.source, *command[2:])  # type: ignore[no-untyped-call]
 
 
-@dataclass(frozen=True)
-class SyncScripts:
-    """The lock scripts on a sync client."""
-
-    acquire: LockScript
-    release: LockScript
-    leave: LockScript
-    force_release: LockScript
-    extend: LockScript
-    read: LockScript
-
-
-@dataclass(frozen=True)
-class AsyncScripts:
-    """The lock scripts registered on an asyncio client."""
-
-    acquire: AsyncLockScript
-    release: AsyncLockScript
-    leave: AsyncLockScript
-    extend: AsyncLockScript
+#: The scripts of the lock by name; one object serves every client.
+SCRIPTS = {
+    "acquire": LuaScript(scripts.ACQUIRE),
+    "release": LuaScript(scripts.RELEASE),
+    "leave": LuaScript(scripts.LEAVE),
+    "force_release": LuaScript(scripts.FORCE_RELEASE),
+    "extend": LuaScript(scripts.EXTEND),
+    "read": LuaScript(scripts.READ),
+}
+ScriptName = str
 
 
 def _is_django_redis(cache: BaseCache) -> bool:
@@ -220,15 +196,7 @@ class LockBackend:
         self.client = redis_client_for(cache)
         self.namespace = lock_settings.KEY_NAMESPACE
         self._make_key = cache.make_key
-        self.scripts = SyncScripts(
-            acquire=LockScript(self.client, scripts.ACQUIRE),
-            release=LockScript(self.client, scripts.RELEASE),
-            leave=LockScript(self.client, scripts.LEAVE),
-            force_release=LockScript(self.client, scripts.FORCE_RELEASE),
-            extend=LockScript(self.client, scripts.EXTEND),
-            read=LockScript(self.client, scripts.READ),
-        )
-        self._async: dict[asyncio.AbstractEventLoop, tuple[redis.asyncio.Redis, AsyncScripts]] = {}
+        self._async: dict[asyncio.AbstractEventLoop, redis.asyncio.Redis] = {}
         self._async_mutex = threading.Lock()
         self.keys_for = lru_cache(maxsize=4096)(self._keys_for)
         self._frame = self._key_frame()
@@ -285,35 +253,53 @@ class LockBackend:
         """The pub/sub channel on which grants for one process arrive."""
         return self.make_key(f"{self.namespace}:wake:{process_id}")
 
-    def async_client(self) -> tuple[redis.asyncio.Redis, AsyncScripts]:
-        """The asyncio client and scripts for the running event loop (one per loop).
+    def run(self, script: ScriptName, keys: Sequence[str | bytes], args: Sequence[Any]) -> Any:
+        """Run one of the lock's scripts on the sync client; its reply."""
+        return SCRIPTS[script].run(self.client, keys, args)
+
+    async def arun(
+        self, script: ScriptName, keys: Sequence[str | bytes], args: Sequence[Any]
+    ) -> Any:
+        """Run one of the lock's scripts on the running event loop's client; its reply."""
+        return await SCRIPTS[script].arun(self.async_client(), keys, args)
+
+    def queue(
+        self, pipe: Any, script: ScriptName, keys: Sequence[str], args: Sequence[Any]
+    ) -> None:
+        """Queue a script in a pipeline (see :meth:`load`: a pipeline cannot load it)."""
+        pipe.execute_command("EVALSHA", SCRIPTS[script].sha, len(keys), *keys, *args)
+
+    def load(self, script: ScriptName) -> None:
+        """Make sure the server knows a script, before pipelines that run it."""
+        self.client.script_load(SCRIPTS[script].source)
+
+    def async_client(self) -> redis.asyncio.Redis:
+        """The asyncio client for the running event loop (one per loop).
 
         Clients of loops that have closed (``asyncio.run`` and ``async_to_sync`` make one loop
-        per call) are dropped when a new loop needs a client, so they do not pile up.
+        per call) are dropped and hung up when a new loop needs one, so they do not pile up.
         """
         loop = asyncio.get_running_loop()
-        found = self._async.get(loop)
-        if found is None:
+        client = self._async.get(loop)
+        if client is None:
             with self._async_mutex:
                 for closed in [other for other in self._async if other.is_closed()]:
-                    _abandon(self._async.pop(closed)[0])
-                client = _async_client_for(self.client)
-                found = (
-                    client,
-                    AsyncScripts(
-                        acquire=AsyncLockScript(client, scripts.ACQUIRE),
-                        release=AsyncLockScript(client, scripts.RELEASE),
-                        leave=AsyncLockScript(client, scripts.LEAVE),
-                        extend=AsyncLockScript(client, scripts.EXTEND),
-                    ),
-                )
-                self._async[loop] = found
-        return found
+                    _hang_up(self._async.pop(closed))
+                client = self._async[loop] = _async_client_for(self.client)
+        return client
+
+    def pubsub_connection(self, read_timeout: float) -> Any:
+        """A connection of its own to the primary, configured like the cache's (address,
+        auth, TLS, Sentinel) but outside its pool, reading with ``read_timeout``."""
+        pool = self.client.connection_pool
+        return pool.connection_class(**{**pool.connection_kwargs, "socket_timeout": read_timeout})
 
 
-def _abandon(client: redis.asyncio.Redis) -> None:
-    """Hang up the connections of a client whose event loop is closed (none can be awaited);
-    the sockets themselves are closed when the garbage collector frees their transports."""
+def _hang_up(client: redis.asyncio.Redis) -> None:
+    """Shut down the sockets of a client whose event loop is closed: nothing can be awaited
+    there, and left to the garbage collector the server keeps their connections meanwhile.
+    redis-py offers no synchronous way, so this reads its pool's and connections' attributes,
+    and does nothing where a redis-py version lacks them."""
     pool = client.connection_pool
     for attribute in ("_available_connections", "_in_use_connections"):
         for connection in getattr(pool, attribute, ()):

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from django.conf import settings
 
 from django_redis_lock.validation import seconds_to_ms
+
+T = TypeVar("T")
 
 #: Every key REDIS_LOCK understands, with its default.
 DEFAULTS: dict[str, Any] = {
@@ -18,6 +20,16 @@ DEFAULTS: dict[str, Any] = {
     "BUSY_STATUS": 423,
     "RUN_UNLOCKED_IF_UNAVAILABLE": False,
 }
+
+
+class _Setting(Generic[T]):
+    """A key of REDIS_LOCK, read at access time, typed for its readers."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.key = name
+
+    def __get__(self, settings: LockSettings, owner: type | None = None) -> T:
+        return settings.get(self.key)  # type: ignore[no-any-return]
 
 
 class LockSettings:
@@ -38,7 +50,8 @@ class LockSettings:
         self._configured = None
         self._tombstone_ms = None
 
-    def _get(self, key: str) -> Any:
+    def get(self, key: str) -> Any:
+        """The configured value of ``key``, else its default."""
         configured = self._configured
         if configured is None:
             found = getattr(settings, "REDIS_LOCK", None) or {}
@@ -46,30 +59,20 @@ class LockSettings:
             configured = self._configured = found if isinstance(found, dict) else {}
         return configured.get(key, DEFAULTS[key])
 
-    @property
-    def CACHE(self) -> str:
-        """The cache alias whose Redis holds the locks."""
-        return self._get("CACHE")  # type: ignore[no-any-return]
-
-    @property
-    def TIMEOUT(self) -> float:
-        """The default lock TTL in seconds."""
-        return self._get("TIMEOUT")  # type: ignore[no-any-return]
-
-    @property
-    def AUTO_RENEW(self) -> bool:
-        """Whether locks are kept alive by the watchdog unless told otherwise."""
-        return self._get("AUTO_RENEW")  # type: ignore[no-any-return]
-
-    @property
-    def KEY_NAMESPACE(self) -> str:
-        """The segment after the cache's own key prefix that marks lock keys."""
-        return self._get("KEY_NAMESPACE")  # type: ignore[no-any-return]
-
-    @property
-    def TOMBSTONE_TIMEOUT(self) -> float:
-        """Seconds a released lock keeps its last fencing token."""
-        return self._get("TOMBSTONE_TIMEOUT")  # type: ignore[no-any-return]
+    #: The cache alias whose Redis holds the locks.
+    CACHE = _Setting[str]()
+    #: The default lock TTL in seconds.
+    TIMEOUT = _Setting[float]()
+    #: Whether locks are kept alive by the watchdog unless told otherwise.
+    AUTO_RENEW = _Setting[bool]()
+    #: The segment after the cache's own key prefix that marks lock keys.
+    KEY_NAMESPACE = _Setting[str]()
+    #: Seconds a released lock keeps its last fencing token.
+    TOMBSTONE_TIMEOUT = _Setting[float]()
+    #: The HTTP status a @locked view answers while its lock is busy.
+    BUSY_STATUS = _Setting[int]()
+    #: Whether a @locked view runs without its lock when Redis is down (unsafe).
+    RUN_UNLOCKED_IF_UNAVAILABLE = _Setting[bool]()
 
     @property
     def tombstone_ms(self) -> int:
@@ -78,16 +81,6 @@ class LockSettings:
             value = self.TOMBSTONE_TIMEOUT
             self._tombstone_ms = seconds_to_ms(value, "REDIS_LOCK['TOMBSTONE_TIMEOUT']")
         return self._tombstone_ms
-
-    @property
-    def BUSY_STATUS(self) -> int:
-        """The HTTP status a @locked view answers while its lock is busy."""
-        return self._get("BUSY_STATUS")  # type: ignore[no-any-return]
-
-    @property
-    def RUN_UNLOCKED_IF_UNAVAILABLE(self) -> bool:
-        """Whether a @locked view runs without its lock when Redis is down (unsafe)."""
-        return self._get("RUN_UNLOCKED_IF_UNAVAILABLE")  # type: ignore[no-any-return]
 
 
 lock_settings = LockSettings()

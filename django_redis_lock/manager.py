@@ -12,11 +12,9 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import redis
-
 from django_redis_lock.backends import LockBackend
 from django_redis_lock.conf import lock_settings
-from django_redis_lock.exceptions import LockUnavailable
+from django_redis_lock.drivers import redis_errors
 from django_redis_lock.lock import Lock
 from django_redis_lock.runtime import runtime
 from django_redis_lock.validation import (
@@ -146,7 +144,7 @@ class LockManager:
 
     def lock(self, name: str, **options: Any) -> Lock:
         """A Lock named ``name`` (not yet acquired); options as for :func:`lock`."""
-        return Lock(self._backend, name, **options)
+        return Lock(name, using=self.alias, **options)
 
     def list(self, pattern: str = "*") -> Iterator[LockInfo]:
         """The held locks whose names match the glob ``pattern``, read with SCAN.
@@ -175,7 +173,7 @@ class LockManager:
         cursor = validate_cursor(cursor)
         found: InfoList = []
         skipped = 0
-        try:
+        with redis_errors("Could not list locks"):
             count = size
             for _ in range(_MAX_SCANS_PER_PAGE):
                 cursor, keys = self._backend.client.scan(cursor, match=match, count=count)
@@ -186,8 +184,6 @@ class LockManager:
                     skipped += unreadable
                 if cursor == 0 or len(found) >= size:
                     break
-        except redis.RedisError as exc:
-            raise LockUnavailable(f"Could not list locks: {exc}") from exc
         _warn_skipped(skipped)
         return LockPage(sorted(found, key=lambda info: info.name), int(cursor))
 
@@ -196,14 +192,12 @@ class LockManager:
         time (never KEYS)."""
         match = self._backend.scan_pattern(validate_pattern(pattern))
         batch: KeyBatch = []
-        try:
+        with redis_errors("Could not list locks"):
             for key in self._backend.client.scan_iter(match=match, count=BATCH_SIZE):
                 batch.append(key)
                 if len(batch) == BATCH_SIZE:
                     yield self._fetch_keys(batch)
                     batch = []
-        except redis.RedisError as exc:
-            raise LockUnavailable(f"Could not list locks: {exc}") from exc
         if batch:
             yield self._fetch_keys(batch)
 
@@ -224,10 +218,8 @@ class LockManager:
     ) -> tuple[InfoList, int]:
         """The held locks among ``keys`` (named ``names``; None: a key no lock reaches) in one
         round trip, and how many held ones cannot be shown truthfully."""
-        try:  # bytes keys (not UTF-8) go out as they are
-            values = json.loads(_text(self._backend.scripts.read(keys=keys)))
-        except redis.RedisError as exc:
-            raise LockUnavailable(f"Could not read locks: {exc}") from exc
+        with redis_errors("Could not read locks"):  # bytes keys (not UTF-8) go out as they are
+            values = json.loads(_text(self._backend.run("read", keys, ())))
         found: InfoList = []
         skipped = 0
         for i, name in enumerate(names):
@@ -261,10 +253,8 @@ class LockManager:
         """
         keys = self._backend.keys_for(validate_name(name)).all
         args = [lock_settings.tombstone_ms, "" if fencing_token is None else int(fencing_token)]
-        try:
-            held = self._backend.scripts.force_release(keys=keys, args=args)
-        except redis.RedisError as exc:
-            raise LockUnavailable(f"Could not release lock {name!r}: {exc}") from exc
+        with redis_errors(f"Could not release lock {name!r}"):
+            held = self._backend.run("force_release", keys, args)
         return _released(name, held) if held else None
 
     def clear(self, pattern: str = "*", progress: Callable[[int, int], None] | None = None) -> int:
@@ -277,10 +267,9 @@ class LockManager:
         batch; ``handed_over`` counts locks a waiter took at once.
         """
         backend, released, handed_over, skipped = self._backend, 0, 0, 0
-        try:
+        with redis_errors("Could not clear locks"):
             seconds, micros = backend.client.time()
-        except redis.RedisError as exc:
-            raise LockUnavailable(f"Could not clear locks: {exc}") from exc
+            backend.load("force_release")  # a pipeline cannot load it
         started = _EPOCH + datetime.timedelta(seconds=int(seconds), microseconds=int(micros))
         clock = time.monotonic()
         for found, unreadable in self._batches(pattern):
@@ -293,11 +282,9 @@ class LockManager:
                 if not started <= info.acquired_at <= started + running:
                     keys = backend.keys_for(info.name).all
                     args = [lock_settings.tombstone_ms, info.fencing_token]
-                    backend.scripts.force_release(keys=keys, args=args, client=write)
-            try:
+                    backend.queue(write, "force_release", keys, args)
+            with redis_errors("Could not clear locks"):
                 results = write.execute()
-            except redis.RedisError as exc:
-                raise LockUnavailable(f"Could not clear locks: {exc}") from exc
             released += sum(1 for result in results if result)
             handed_over += sum(1 for result in results if result and result[-1] == 2)
             if progress is not None:
@@ -312,40 +299,11 @@ def _released(name: str, held: Sequence[bytes | int | None]) -> Released:
     return Released(name, _info(name, fields, 0), handed_over=how == 2)
 
 
-def _backend_of(using: str | None) -> LockBackend:
-    return runtime().backend(validate_using(using))
-
-
 def get_lock_manager(using: str | None = None) -> LockManager:
     """The LockManager of cache alias ``using`` (None: the REDIS_LOCK CACHE setting)."""
-    return LockManager(_backend_of(using))
+    return LockManager(runtime().backend(validate_using(using)))
 
 
-def lock(
-    name: str,
-    *,
-    timeout: float | None = None,
-    blocking: bool = True,
-    blocking_timeout: float | None = None,
-    auto_renew: bool | None = None,
-    reentrant: bool = False,
-    label: str | None = None,
-    using: str | None = None,
-) -> Lock:
-    """A Lock named ``name``, not yet acquired; use it in ``with`` or call ``acquire()``.
-
-    ``timeout`` is the lease in seconds (None: REDIS_LOCK TIMEOUT); ``blocking_timeout`` caps
-    the wait (None: no limit); ``auto_renew`` keeps the lease alive while held (None:
-    REDIS_LOCK AUTO_RENEW); ``reentrant`` lets the same object acquire again; ``label`` is
-    shown to operators; ``using`` picks the cache alias (None: REDIS_LOCK CACHE).
-    """
-    return Lock(
-        _backend_of(using),
-        name,
-        timeout=timeout,
-        blocking=blocking,
-        blocking_timeout=blocking_timeout,
-        auto_renew=auto_renew,
-        reentrant=reentrant,
-        label=label,
-    )
+#: ``lock(name, *, timeout=None, blocking=True, blocking_timeout=None, auto_renew=None,
+#: reentrant=False, label=None, using=None)``: a Lock, not yet acquired (see :class:`Lock`).
+lock = Lock

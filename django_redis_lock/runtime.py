@@ -9,6 +9,7 @@ fork hook and the only ``setting_changed`` receiver of the package.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import threading
@@ -20,6 +21,7 @@ from django.dispatch import receiver
 
 from django_redis_lock.backends import LockBackend
 from django_redis_lock.conf import lock_settings
+from django_redis_lock.validation import MAX_OWNER_LENGTH, shorten
 from django_redis_lock.waiting import Listener
 from django_redis_lock.watchdog import Watchdog
 
@@ -58,6 +60,17 @@ class Runtime:
                 if found is None:
                     found = made[key] = make(key)
         return found
+
+    def thread_owner(self) -> str:
+        """The owner text of a hold taken by the current thread."""
+        where = f"thread {threading.current_thread().name}"
+        return shorten(f"{self.process} {where}", MAX_OWNER_LENGTH)
+
+    def task_owner(self) -> str:
+        """The owner text of a hold taken by the current asyncio task."""
+        task = asyncio.current_task()
+        where = f"task {task.get_name()}" if task is not None else "event loop"
+        return shorten(f"{self.process} {where}", MAX_OWNER_LENGTH)
 
     def reset(self) -> None:
         """Forget the connections and stop the listeners: the settings changed."""

@@ -14,7 +14,12 @@ Receivers of ``lock_lost`` may run in the watchdog thread: keep them short.
 
 from __future__ import annotations
 
+import logging
+from typing import Any
+
 from django.dispatch import Signal
+
+logger = logging.getLogger("django_redis_lock")
 
 #: A Lock object acquired its lock.
 lock_acquired = Signal()
@@ -25,3 +30,20 @@ lock_busy = Signal()
 #: A hold was found taken away (sent once per hold): by a watchdog renewal, ``extend()``,
 #: ``release()``, ``owned()`` or a second ``acquire()`` of the same object.
 lock_lost = Signal()
+
+
+def send(signal: Signal, lock: Any, fencing_token: int | None) -> None:
+    """Send ``signal`` for ``lock``; a receiver that raises is logged, never propagated (it
+    must not leave a lock held or stop the watchdog)."""
+    if not signal.receivers:  # the common case, on the hot path: nothing to build
+        return
+    sender = type(lock)
+    responses = signal.send_robust(sender, lock=lock, name=lock.name, fencing_token=fencing_token)
+    for receiver, response in responses:
+        if isinstance(response, Exception):
+            logger.error(
+                "Receiver %r of a lock signal for %r raised.",
+                receiver,
+                lock.name,
+                exc_info=response,
+            )

@@ -142,9 +142,8 @@ class Listener:
     """The process's subscription to its grant channel on one backend."""
 
     def __init__(self, backend: LockBackend) -> None:
-        self._client = backend.client
+        self._backend = backend
         self.channel = backend.channel(uuid.uuid4().hex)
-        self.ready = threading.Event()
         self._tickets: dict[str, Ticket] = {}
         # Messages that came before their waiter registered (it does after its queued attempt).
         self._unclaimed: collections.OrderedDict[str, Grant | Nudge] = collections.OrderedDict()
@@ -175,10 +174,6 @@ class Listener:
                 )
                 self._thread.start()
 
-    def wait_ready(self, seconds: float) -> bool:
-        """Whether the subscription is in effect within ``seconds``."""
-        return self.ready.wait(seconds)
-
     def stop(self) -> None:
         """Ask the thread to end; it does within one read."""
         self._stop.set()
@@ -191,7 +186,6 @@ class Listener:
                 connection.send_command("SUBSCRIBE", self.channel)
                 self._listen(connection)
             except Exception as exc:  # Redis errors, and anything else: keep waiters served
-                self.ready.clear()
                 if self._stop.is_set():
                     break
                 logger.warning("Lock wake-up channel lost (%s); reconnecting.", exc)
@@ -200,18 +194,12 @@ class Listener:
             finally:
                 with contextlib.suppress(Exception):
                     connection.disconnect()
-        self.ready.clear()
 
     def _connect(self) -> Any:
-        """A connection of its own, configured like the cache's (address, auth, TLS, Sentinel)
-        but outside its pool, with a read timeout that lets the thread look up now and then.
-
-        It reads with the connection directly: a blocked read wakes as soon as a grant
-        arrives, quicker than the pub/sub helper's polling reads.
-        """
-        pool = self._client.connection_pool
-        options = {**pool.connection_kwargs, "socket_timeout": _READ_SECONDS}
-        return pool.connection_class(**options)
+        """A connection of its own (the backend's, outside its pool), with a read timeout that
+        lets the thread look up now and then. The thread reads it directly: a blocked read
+        wakes as soon as a grant arrives, quicker than the pub/sub helper's polling reads."""
+        return self._backend.pubsub_connection(read_timeout=_READ_SECONDS)
 
     def _listen(self, connection: Any) -> None:
         """Dispatch grants until stopped; PING when quiet, so a dead connection shows."""
@@ -236,7 +224,6 @@ class Listener:
                 self._dispatch(reply[2])
             elif kind == "subscribe":
                 self._backoff = _FIRST_BACKOFF_SECONDS
-                self.ready.set()
                 self._wake_all()  # grants sent while we were away were not heard
 
     def _dispatch(self, data: bytes | str) -> None:

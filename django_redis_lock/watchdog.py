@@ -27,7 +27,7 @@ import logging
 import threading
 import time
 import weakref
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from django_redis_lock.backends import LockBackend, LockKeys
 
@@ -48,14 +48,6 @@ LEAVE_GIVE_UP_SECONDS = 600.0
 _MAX_LEAVES = 10_000
 
 
-class Renewable(Protocol):
-    """What the watchdog needs of a lock: a way to tell it that its hold was lost."""
-
-    name: str
-
-    def _mark_lost(self) -> Callable[[], None]: ...
-
-
 class Hold:
     """One acquisition under the watchdog's care."""
 
@@ -65,7 +57,8 @@ class Hold:
         "first",
         "keys",
         "lease_end",
-        "lock",
+        "lose",
+        "name",
         "repeat",
         "secret",
         "ttl_ms",
@@ -74,7 +67,8 @@ class Hold:
 
     def __init__(
         self,
-        lock: Renewable,
+        name: str,
+        lose: weakref.WeakMethod[Callable[[], None]],
         backend: LockBackend,
         keys: LockKeys,
         secret: str,
@@ -83,7 +77,10 @@ class Hold:
         *,
         repeat: bool,
     ) -> None:
-        self.lock = weakref.ref(lock)
+        self.name = name
+        # The Lock's way to record a loss; dead once the Lock object is dropped unreleased,
+        # which stops its renewals (the lease then runs out on its own).
+        self.lose = lose
         self.backend = backend
         self.keys = keys
         self.secret = secret
@@ -234,13 +231,11 @@ class Watchdog:
                 self._thread = None
 
     def _renew(self, hold: Hold) -> None:
-        if hold.lock() is None:  # the Lock object is gone: let its lease run out
+        if hold.lose() is None:  # the Lock object is gone: let its lease run out
             self.remove(hold)
             return
         sent = time.monotonic()
-        left = hold.backend.scripts.extend(
-            keys=[hold.keys.lock], args=[hold.secret, hold.ttl_ms, "atleast"]
-        )
+        left = hold.backend.run("extend", (hold.keys.lock,), [hold.secret, hold.ttl_ms, "atleast"])
         if not left:
             self._lose(hold)
             return
@@ -253,14 +248,14 @@ class Watchdog:
                     hold.watched = False
 
     def _retry(self, hold: Hold, exc: Exception) -> None:
-        lock = hold.lock()
-        name = lock.name if lock is not None else "?"
         now = time.monotonic()
         if now >= hold.lease_end:
-            logger.warning("Could not renew lock %r before its lease ended: %s", name, exc)
+            logger.warning("Could not renew lock %r before its lease ended: %s", hold.name, exc)
             self._lose(hold)
             return
-        logger.warning("Could not renew lock %r (%s); retrying before its lease ends.", name, exc)
+        logger.warning(
+            "Could not renew lock %r (%s); retrying before its lease ends.", hold.name, exc
+        )
         with self._cond:
             if hold.watched:
                 delay = min(hold.interval, max(_MIN_RETRY_SECONDS, (hold.lease_end - now) / 2))
@@ -268,7 +263,7 @@ class Watchdog:
 
     def _leave(self, leave: Leave) -> None:
         try:
-            leave.backend.scripts.leave(keys=leave.keys.all, args=leave.args)
+            leave.backend.run("leave", leave.keys.all, leave.args)
         except Exception as exc:  # Redis still away (or another client library's error)
             now = time.monotonic()
             if now < leave.give_up:
@@ -281,11 +276,10 @@ class Watchdog:
             self._leaves -= 1
 
     def _lose(self, hold: Hold) -> None:
-        lock = hold.lock()
         with self._cond:
             if not hold.watched:  # released meanwhile: not a loss
                 return
             hold.watched = False
-            notify = lock._mark_lost() if lock is not None else None
-        if notify is not None:
-            notify()
+        lose = hold.lose()  # called outside the lock: it sends lock_lost
+        if lose is not None:
+            lose()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -162,3 +163,12 @@ def forge(client: redis.Redis, name: str, *, key: bytes | str | None = None, **f
     key = key or runtime().backend().keys_for(name).lock
     client.hset(key, mapping={"s": "forged", "t": "1", "o": "someone", "a": "1", **fields})
     client.pexpire(key, 60_000)
+
+
+def listen(alias: str | None = None) -> None:
+    """Start this process's listener for grants on ``alias`` and return once Redis has its
+    subscription (as after the process's first wait)."""
+    listener = runtime().listener(runtime().backend(alias))
+    listener.start()
+    with redis.Redis.from_url(os.environ["REDIS_URL"]) as client:
+        wait_until(lambda: client.pubsub_numsub(listener.channel)[0][1], timeout=5)

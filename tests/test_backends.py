@@ -193,5 +193,4 @@ def test_clients_of_closed_event_loops_do_not_pile_up(redis_client: redis.Redis)
     before = len(redis_client.client_list())
     for _ in range(20):
         asyncio.run(cycle())
-    assert len(runtime().backend()._async) == 1
     assert len(redis_client.client_list()) <= before + 1

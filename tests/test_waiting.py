@@ -16,15 +16,13 @@ import redis
 from django_redis_lock import Lock, lock, signals
 from django_redis_lock.runtime import runtime
 from django_redis_lock.scripts import HANDOVER_LEASE_MS
-from tests.helpers import commandstats, wait_until
+from tests.helpers import commandstats, listen, wait_until
 
 
 @pytest.fixture
 def listening() -> None:
     """This process already listens for grants, as it does after its first wait."""
-    listener = runtime().listener(runtime().backend())
-    listener.start()
-    assert listener.wait_ready(5)
+    listen()
 
 
 @pytest.fixture

@@ -1,0 +1,161 @@
+"""The two drivers of the lock's flows: the only code that takes a Lock's steps to Redis.
+
+Every operation of a Lock is written once, as a flow (see ``lock.py``): a generator that yields
+the steps it needs (run a script, listen for a grant, wait for it) and receives their
+outcomes, as httpx's auth flows do. :func:`drive` takes the steps with blocking calls and
+:func:`adrive` with awaits. Both map Redis errors to ``LockUnavailable``, and both throw an
+exception raised while a step ran (an interrupt, a cancellation, ``LockUnavailable``) into the
+flow, so that a flow's clean-up is written once too; the async driver takes the steps that
+follow such an exception shielded from a further cancellation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Generator, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import redis
+
+from django_redis_lock.backends import LockBackend, ScriptName
+from django_redis_lock.exceptions import LockUnavailable
+from django_redis_lock.runtime import runtime
+from django_redis_lock.waiting import AsyncTicket, Listener, SyncTicket
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """Run a lock script; its reply comes back."""
+
+    script: ScriptName
+    keys: Sequence[str]
+    args: Sequence[Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Listen:
+    """Route grants for ``secret`` to this call from now on; None comes back."""
+
+    secret: str
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """Wait at most ``seconds`` for a message for the listened secret (None: none came)."""
+
+    seconds: float
+
+
+Step = Call | Listen | Wait
+#: An operation: yields steps, receives their outcomes, returns its result.
+Flow = Generator[Step, Any, T]
+
+
+@contextmanager
+def redis_errors(what: str) -> Iterator[None]:
+    """Turn a Redis error inside the block into LockUnavailable (the cause chained)."""
+    try:
+        yield
+    except redis.RedisError as exc:
+        raise LockUnavailable(f"{what}: {exc}") from exc
+
+
+class _Run:
+    """One flow on its way: where it stands, and the listening it started."""
+
+    def __init__(self, backend: LockBackend, flow: Flow[T], what: str) -> None:
+        self.backend, self.flow, self.what = backend, flow, what
+        self.listener: Listener | None = None
+        self.secret = ""
+        self.result: Any = None
+
+    def next(self, reply: Any, error: BaseException | None) -> Step | None:
+        """The flow's next step given the last one's outcome; None once it returned."""
+        try:
+            return self.flow.throw(error) if error is not None else self.flow.send(reply)
+        except StopIteration as done:
+            self.result = done.value
+            return None
+
+    def listen(self, step: Step, ticket: SyncTicket | AsyncTicket) -> None:
+        """Start routing grants for the step's secret to ``ticket``."""
+        assert isinstance(step, Listen)
+        self.listener, self.secret = runtime().listener(self.backend), step.secret
+        self.listener.register(step.secret, ticket)
+        self.listener.start()
+
+    def close(self) -> None:
+        if self.listener is not None:
+            self.listener.unregister(self.secret)
+
+
+def drive(backend: LockBackend, flow: Flow[T], what: str) -> T:
+    """Take ``flow``'s steps with blocking calls; its result (``what``: for error messages)."""
+    run, reply, error = _Run(backend, flow, what), None, None
+    ticket: SyncTicket | None = None
+    try:
+        while (step := run.next(reply, error)) is not None:
+            error = None
+            try:
+                if type(step) is Call:
+                    with redis_errors(what):
+                        reply = backend.run(step.script, step.keys, step.args)
+                elif type(step) is Wait:
+                    assert ticket is not None, "a flow waits only after it listens"
+                    reply = ticket.wait(step.seconds)
+                else:
+                    ticket = SyncTicket()
+                    run.listen(step, ticket)
+                    reply = None
+            except BaseException as exc:  # the flow decides what an interruption undoes
+                error = exc
+        return run.result  # type: ignore[no-any-return]
+    finally:
+        run.close()
+
+
+async def adrive(backend: LockBackend, flow: Flow[T], what: str) -> T:
+    """:func:`drive` with awaits: the event loop runs on while a step waits."""
+    run = _Run(backend, flow, what)
+    try:
+        try:
+            result: T = await _steps(run, None, None)
+        except _Interrupted as interrupted:  # what follows runs even if cancelled again
+            result = await asyncio.shield(_steps(run, None, interrupted.error))
+        return result
+    finally:
+        run.close()
+
+
+class _Interrupted(Exception):
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+async def _steps(run: _Run, reply: Any, error: BaseException | None) -> Any:
+    """Take a flow's steps on the event loop; the first exception a step raises is handed
+    to the caller as _Interrupted (to go on shielded), later ones to the flow."""
+    shielded = error is not None
+    ticket: AsyncTicket | None = None
+    while (step := run.next(reply, error)) is not None:
+        error = None
+        try:
+            if type(step) is Call:
+                with redis_errors(run.what):
+                    reply = await run.backend.arun(step.script, step.keys, step.args)
+            elif type(step) is Wait:
+                assert ticket is not None, "a flow waits only after it listens"
+                reply = await ticket.wait(step.seconds)
+            else:
+                ticket = AsyncTicket()
+                run.listen(step, ticket)
+                reply = None
+        except BaseException as exc:
+            if not shielded:
+                raise _Interrupted(exc) from None
+            error = exc
+    return run.result
