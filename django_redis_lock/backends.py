@@ -53,6 +53,9 @@ _PORTABLE_OPTIONS = frozenset(
         "retry_on_timeout",
         "encoding",
         "encoding_errors",
+        "lib_name",
+        "lib_version",
+        "retry_on_error",
         "decode_responses",
         "client_name",
         "health_check_interval",
@@ -67,6 +70,34 @@ _PORTABLE_OPTIONS = frozenset(
         "ssl_ciphers",
     }
 )
+
+
+# What redis-py keeps in a pool's connection_kwargs for itself, not options a user set.
+_BOOKKEEPING = frozenset(
+    {
+        "command_packer",
+        "driver_info",
+        "event_dispatcher",
+        "himport_registry",
+        "maint_notifications_config",
+        "maint_notifications_pool_handler",
+        "maintenance_notification_hash",
+        "maintenance_state",
+        "orig_host_address",
+        "orig_socket_connect_timeout",
+        "orig_socket_timeout",
+        "oss_cluster_maint_notifications_handler",
+    }
+)
+# redis-py's own sync parsers, whose asyncio counterparts asyncio picks by itself.
+_SYNC_PARSERS = frozenset(
+    {"_RESP2Parser", "_RESP3Parser", "_HiredisParser", "PythonParser", "HiredisParser"}
+)
+_ASYNC_CONNECTIONS: dict[type, type[redis.asyncio.connection.AbstractConnection]] = {
+    redis.Connection: redis.asyncio.Connection,
+    redis.SSLConnection: redis.asyncio.SSLConnection,
+    redis.UnixDomainSocketConnection: redis.asyncio.UnixDomainSocketConnection,
+}
 
 
 @dataclass(frozen=True)
@@ -161,7 +192,7 @@ def redis_client_for(cache: BaseCache) -> redis.Redis:
 def _async_client_for(client: redis.Redis) -> redis.asyncio.Redis:
     """An asyncio client on the same server, database and credentials as ``client``."""
     pool = client.connection_pool
-    options = {k: v for k, v in pool.connection_kwargs.items() if k in _PORTABLE_OPTIONS}
+    connection_class, options = async_options(pool)
     if isinstance(pool, SentinelConnectionPool):
         manager = pool.sentinel_manager
         addresses = [s.connection_pool.connection_kwargs for s in manager.sentinels]
@@ -171,18 +202,36 @@ def _async_client_for(client: redis.Redis) -> redis.asyncio.Redis:
         )
         master: redis.asyncio.Redis = sentinel.master_for(pool.service_name)
         return master
-    if issubclass(pool.connection_class, redis.UnixDomainSocketConnection):
-        connection_class: type[redis.asyncio.connection.AbstractConnection] = (
-            redis.asyncio.UnixDomainSocketConnection
-        )
-    elif issubclass(pool.connection_class, redis.SSLConnection):
-        connection_class = redis.asyncio.SSLConnection
-    else:
-        connection_class = redis.asyncio.Connection
     async_pool = redis.asyncio.ConnectionPool(
         connection_class=connection_class, max_connections=pool.max_connections, **options
     )
     return redis.asyncio.Redis(connection_pool=async_pool)
+
+
+def async_options(
+    pool: redis.ConnectionPool,
+) -> tuple[type[redis.asyncio.connection.AbstractConnection], dict[str, Any]]:
+    """The asyncio connection class and options that do what ``pool``'s connections do, or
+    ImproperlyConfigured naming what asyncio cannot do alike (never dropped silently)."""
+    options: dict[str, Any] = {}
+    refused: list[str] = []
+    for key, value in pool.connection_kwargs.items():
+        if key in _PORTABLE_OPTIONS:
+            options[key] = value
+        elif key == "parser_class" and value.__name__ in _SYNC_PARSERS:
+            continue  # the default parsers: asyncio's own default does the same
+        elif key not in _BOOKKEEPING and value is not None:
+            refused.append(key)
+    connection_class = _ASYNC_CONNECTIONS.get(pool.connection_class)
+    if connection_class is None:
+        refused.append(f"connection_class={pool.connection_class.__qualname__}")
+    if refused:
+        raise ImproperlyConfigured(
+            f"Async locks cannot use the connection options {', '.join(sorted(refused))}: "
+            "redis-py's asyncio connections cannot do what they do. Give async locks a cache "
+            "alias of their own without them (REDIS_LOCK['CACHE'], or using=...)."
+        )
+    return connection_class or redis.asyncio.Connection, options
 
 
 class LockBackend:

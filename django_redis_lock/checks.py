@@ -7,6 +7,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
+from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
 from django_redis_lock.conf import DEFAULTS
@@ -150,22 +151,34 @@ def _check_socket_timeout(alias: str, config: dict[str, Any]) -> list[CheckMessa
 
 
 def _check_key_function(alias: str) -> list[CheckMessage]:
+    from django_redis_lock.backends import async_options
     from django_redis_lock.runtime import runtime
 
     try:
-        listable = runtime().backend(alias).listable
+        backend = runtime().backend(alias)
     except Exception as exc:  # building the cache failed: say so instead of crashing checks
         return [Error(f"The cache {alias!r} cannot be used: {exc}", id="django_redis_lock.E004")]
-    if listable:
-        return []
-    return [
-        Warning(
-            f"The KEY_FUNCTION of cache {alias!r} does not keep key text, so held locks "
-            "cannot be listed (manage.py locks, the admin).",
-            hint="Give locks a cache alias that uses the default KEY_FUNCTION.",
-            id="django_redis_lock.W002",
+    warnings: list[CheckMessage] = []
+    if not backend.listable:
+        warnings.append(
+            Warning(
+                f"The KEY_FUNCTION of cache {alias!r} does not keep key text, so held locks "
+                "cannot be listed (manage.py locks, the admin).",
+                hint="Give locks a cache alias that uses the default KEY_FUNCTION.",
+                id="django_redis_lock.W002",
+            )
         )
-    ]
+    try:
+        async_options(backend.client.connection_pool)
+    except ImproperlyConfigured as exc:
+        warnings.append(
+            Warning(
+                f"Async locks on cache {alias!r} (aacquire, async with, async @locked views) "
+                f"will fail: {exc}",
+                id="django_redis_lock.W004",
+            )
+        )
+    return warnings
 
 
 def _import(path: str) -> Any:
