@@ -24,7 +24,7 @@ from django.core.cache import BaseCache, caches
 from django.core.cache.backends.redis import RedisCache as DjangoRedisCache
 from django.core.exceptions import ImproperlyConfigured
 from redis.exceptions import NoScriptError
-from redis.sentinel import SentinelConnectionPool
+from redis.sentinel import SentinelConnectionPool, SentinelManagedConnection
 
 from django_redis_lock import scripts
 from django_redis_lock.conf import lock_settings
@@ -213,6 +213,8 @@ def async_options(
 ) -> tuple[type[redis.asyncio.connection.AbstractConnection], dict[str, Any]]:
     """The asyncio connection class and options that do what ``pool``'s connections do, or
     ImproperlyConfigured naming what asyncio cannot do alike (never dropped silently)."""
+    # A Sentinel pool's connections find the primary themselves: asyncio's Sentinel does too.
+    sentinel = isinstance(pool, SentinelConnectionPool)
     options: dict[str, Any] = {}
     refused: list[str] = []
     for key, value in pool.connection_kwargs.items():
@@ -220,9 +222,13 @@ def async_options(
             options[key] = value
         elif key == "parser_class" and value.__name__ in _SYNC_PARSERS:
             continue  # the default parsers: asyncio's own default does the same
-        elif key not in _BOOKKEEPING and value is not None:
+        elif not (key in _BOOKKEEPING or value is None or (sentinel and key == "connection_pool")):
             refused.append(key)
-    connection_class = _ASYNC_CONNECTIONS.get(pool.connection_class)
+    connection_class = (
+        redis.asyncio.Connection
+        if sentinel and pool.connection_class is SentinelManagedConnection
+        else _ASYNC_CONNECTIONS.get(pool.connection_class)
+    )
     if connection_class is None:
         refused.append(f"connection_class={pool.connection_class.__qualname__}")
     if refused:
