@@ -211,9 +211,17 @@ def tested_versions() -> str:
     return ", ".join(versions)
 
 
+# Workers the suite runs in (pytest-xdist), each with a redis-server of its own: the tests
+# spend most of their time waiting on Redis, subprocesses and a browser, not on a core.
+TEST_WORKERS = "2"
+
+
 def run_test(args: Sequence[str]) -> int:
-    """python -m pytest ARGS in the repository; pytest's exit status."""
+    """python -m pytest ARGS in the repository, in TEST_WORKERS workers unless ARGS say how
+    many (-n, --numprocesses, or -p no:xdist); pytest's exit status."""
     os.chdir(ROOT)
+    if not any(arg.startswith(("-n", "--numprocesses", "no:xdist")) for arg in args):
+        args = ["-n", TEST_WORKERS, *args]
     say(f"testing with {tested_versions()}")
     say(f"running: python -m pytest {' '.join(args)}".rstrip())
     return subprocess.run([sys.executable, "-m", "pytest", *args], check=False).returncode

@@ -147,15 +147,6 @@ class LuaScript:
             return await client.execute_command("EVAL", self.source, *command[2:])  # type: ignore[no-untyped-call]
 
 
-#: The scripts of the lock by name; one object serves every client.
-SCRIPTS = {
-    "acquire": LuaScript(scripts.ACQUIRE),
-    "release": LuaScript(scripts.RELEASE),
-    "leave": LuaScript(scripts.LEAVE),
-    "force_release": LuaScript(scripts.FORCE_RELEASE),
-    "extend": LuaScript(scripts.EXTEND),
-    "read": LuaScript(scripts.READ),
-}
 ScriptName = str
 
 
@@ -251,6 +242,12 @@ class LockBackend:
         self.client = redis_client_for(cache)
         self.namespace = lock_settings.KEY_NAMESPACE
         self._make_key = cache.make_key
+        #: The lease a lock handed to a waiter starts with (REDIS_LOCK["HANDOVER_LEASE"]).
+        self.handover_lease_ms = lock_settings.handover_lease_ms
+        self._scripts = {
+            name: LuaScript(scripts.with_lease(source, self.handover_lease_ms))
+            for name, source in scripts.SOURCES.items()
+        }
         self._async: dict[asyncio.AbstractEventLoop, redis.asyncio.Redis] = {}
         self._async_mutex = threading.Lock()
         self.keys_for = lru_cache(maxsize=4096)(self._keys_for)
@@ -310,23 +307,23 @@ class LockBackend:
 
     def run(self, script: ScriptName, keys: Sequence[str | bytes], args: Sequence[Any]) -> Any:
         """Run one of the lock's scripts on the sync client; its reply."""
-        return SCRIPTS[script].run(self.client, keys, args)
+        return self._scripts[script].run(self.client, keys, args)
 
     async def arun(
         self, script: ScriptName, keys: Sequence[str | bytes], args: Sequence[Any]
     ) -> Any:
         """Run one of the lock's scripts on the running event loop's client; its reply."""
-        return await SCRIPTS[script].arun(self.async_client(), keys, args)
+        return await self._scripts[script].arun(self.async_client(), keys, args)
 
     def queue(
         self, pipe: Any, script: ScriptName, keys: Sequence[str], args: Sequence[Any]
     ) -> None:
         """Queue a script in a pipeline (see :meth:`load`: a pipeline cannot load it)."""
-        pipe.execute_command("EVALSHA", SCRIPTS[script].sha, len(keys), *keys, *args)
+        pipe.execute_command("EVALSHA", self._scripts[script].sha, len(keys), *keys, *args)
 
     def load(self, script: ScriptName) -> None:
         """Make sure the server knows a script, before pipelines that run it."""
-        self.client.script_load(SCRIPTS[script].source)
+        self.client.script_load(self._scripts[script].source)
 
     def async_client(self) -> redis.asyncio.Redis:
         """The asyncio client for the running event loop (one per loop).

@@ -11,7 +11,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
 from django_redis_lock.conf import DEFAULTS
-from django_redis_lock.validation import seconds_to_ms, validate_flag
+from django_redis_lock.validation import handover_lease_ms, seconds_to_ms, validate_flag
 
 _SUPPORTED_BACKENDS = (
     "django_redis.cache.RedisCache",
@@ -68,6 +68,15 @@ def _check_values(options: dict[str, Any]) -> list[CheckMessage]:
                     id="django_redis_lock.E005",
                 )
             )
+    refusal = _refusal(lambda value, what: handover_lease_ms(value), options["HANDOVER_LEASE"], "")
+    if refusal:
+        errors.append(
+            Error(
+                refusal,
+                hint="It bounds how long a waiter that died while queued holds up the next.",
+                id="django_redis_lock.E009",
+            )
+        )
     for key in ("AUTO_RENEW", "RUN_UNLOCKED_IF_UNAVAILABLE"):
         refusal = _refusal(validate_flag, options[key], f"REDIS_LOCK[{key!r}]")
         if refusal:

@@ -6,7 +6,7 @@ from typing import Any, Generic, TypeVar
 
 from django.conf import settings
 
-from django_redis_lock.validation import seconds_to_ms
+from django_redis_lock.validation import handover_lease_ms, seconds_to_ms
 
 T = TypeVar("T")
 
@@ -17,6 +17,7 @@ DEFAULTS: dict[str, Any] = {
     "AUTO_RENEW": True,
     "KEY_NAMESPACE": "lock",
     "TOMBSTONE_TIMEOUT": 60.0,
+    "HANDOVER_LEASE": 5.0,
     "BUSY_STATUS": 423,
     "RUN_UNLOCKED_IF_UNAVAILABLE": False,
 }
@@ -44,11 +45,13 @@ class LockSettings:
     def __init__(self) -> None:
         self._configured: dict[str, Any] | None = None
         self._tombstone_ms: int | None = None
+        self._handover_lease_ms: int | None = None
 
     def forget(self) -> None:
         """Read ``settings.REDIS_LOCK`` again on next use."""
         self._configured = None
         self._tombstone_ms = None
+        self._handover_lease_ms = None
 
     def get(self, key: str) -> Any:
         """The configured value of ``key``, else its default."""
@@ -69,6 +72,8 @@ class LockSettings:
     KEY_NAMESPACE = _Setting[str]()
     #: Seconds a released lock keeps its last fencing token.
     TOMBSTONE_TIMEOUT = _Setting[float]()
+    #: The lease, in seconds, a lock handed to a waiter starts with.
+    HANDOVER_LEASE = _Setting[float]()
     #: The HTTP status a @locked view answers while its lock is busy.
     BUSY_STATUS = _Setting[int]()
     #: Whether a @locked view runs without its lock when Redis is down (unsafe).
@@ -81,6 +86,13 @@ class LockSettings:
             value = self.TOMBSTONE_TIMEOUT
             self._tombstone_ms = seconds_to_ms(value, "REDIS_LOCK['TOMBSTONE_TIMEOUT']")
         return self._tombstone_ms
+
+    @property
+    def handover_lease_ms(self) -> int:
+        """HANDOVER_LEASE in milliseconds, checked once (a ValueError naming the setting)."""
+        if self._handover_lease_ms is None:
+            self._handover_lease_ms = handover_lease_ms(self.HANDOVER_LEASE)
+        return self._handover_lease_ms
 
 
 lock_settings = LockSettings()

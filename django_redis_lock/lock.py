@@ -25,7 +25,6 @@ from django_redis_lock.conf import lock_settings
 from django_redis_lock.drivers import Call, Flow, Listen, Wait, adrive, drive
 from django_redis_lock.exceptions import LockBusy, LockError, LockNotOwned, LockUnavailable
 from django_redis_lock.runtime import runtime
-from django_redis_lock.scripts import HANDOVER_LEASE_MS
 from django_redis_lock.validation import (
     refuse_contradiction,
     seconds_to_ms,
@@ -310,9 +309,10 @@ class Lock:
         self.fencing_token, self.lost = acquired.token, False
         # A handed-over lease is short; the watchdog lengthens it to the full TTL at a third
         # of it, as it renews any lease (a hold released sooner costs no extra request).
-        confirm = acquired.handed_over and self._timeout_ms > HANDOVER_LEASE_MS
+        handover_lease_ms = self._backend.handover_lease_ms
+        confirm = acquired.handed_over and self._timeout_ms > handover_lease_ms
         if self._auto_renew or confirm:
-            lease_ms = min(self._timeout_ms, HANDOVER_LEASE_MS) if confirm else self._timeout_ms
+            lease_ms = min(self._timeout_ms, handover_lease_ms) if confirm else self._timeout_ms
             self._hold = Hold(
                 self.name,
                 weakref.WeakMethod(self._lose),

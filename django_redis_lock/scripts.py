@@ -14,13 +14,14 @@ Every lock has three keys sharing one Redis Cluster hash tag (see ``backends.Loc
 Release hands the lock straight to the first live waiter and PUBLISHes the grant on that
 waiter's process channel as ``secret:token:acquired_at``, so the next holder needs no round
 trip of its own. The first waiter is the one that watches for a holder that died: it looks
-again when the lease ends. The others look again every ``NEXT_WAITER_SLICE_MS``, shorter than
-the hand-over lease, so the waiter that becomes first after a hand-over looks at the new lease
-in time anyway; only when it would not (a lease shorter than that) is it sent
+again when the lease ends. The others look again every ``NEXT_WAITER_SLICE_MS`` (four fifths
+of the hand-over lease), so the waiter that becomes first after a hand-over looks at the new
+lease in time anyway; only when it would not (a lease shorter than that) is it sent
 ``secret:lease_ms`` to look again when the lease ends. Sparing that message spares waking a
 third process at the moment the new holder's process needs the CPU.
 
-The hand-over lease is at most ``HANDOVER_LEASE_MS``: the new holder's watchdog lengthens it
+The hand-over lease is at most ``HANDOVER_LEASE_MS`` (REDIS_LOCK["HANDOVER_LEASE"], built into
+the scripts of each backend): the new holder's watchdog lengthens it
 to the full TTL at a third of it, as it renews any lease (a short hold is released before that
 and costs no extra request), so a waiter that died while queued holds up the others for
 seconds, not for a whole TTL. Waiter entries carry a server-side deadline: a
@@ -32,17 +33,21 @@ while the tombstone lives, and past it as long as the Redis server's clock does 
 
 from __future__ import annotations
 
-#: The lease of a lock handed to a waiter, until its process confirms the full TTL.
+#: The lease of a lock handed to a waiter, until its process confirms the full TTL: the
+#: default of REDIS_LOCK["HANDOVER_LEASE"], which :func:`with_lease` builds into the scripts.
 HANDOVER_LEASE_MS = 5000
-#: The longest a waiter behind the first waits before it looks again (shorter than the above).
-NEXT_WAITER_SLICE_MS = 4000
+# Waiters behind the first look again after this part of the hand-over lease, so that the
+# one that becomes first after a hand-over looks at the new lease in time by itself.
+_NEXT_WAITER_SLICE = 0.8
+_LEASE_MARK = "__HANDOVER_LEASE_MS__"
+_SLICE_MARK = "__NEXT_WAITER_SLICE_MS__"
 
 # Helpers of every script that may grant or free a lock. They come after a script's fast path
 # for a lock nobody waits for, which then skips defining them (each definition costs time on
 # every call); that path repeats the few lines of grant() or tombstone() it needs.
 _PRELUDE = (
-    f"local HANDOVER_LEASE_MS = {HANDOVER_LEASE_MS}\n"
-    f"local NEXT_WAITER_SLICE_MS = {NEXT_WAITER_SLICE_MS}\n"
+    f"local HANDOVER_LEASE_MS = {_LEASE_MARK}\n"
+    f"local NEXT_WAITER_SLICE_MS = {_SLICE_MARK}\n"
     + """
 local function now_us()
   local t = redis.call('TIME')
@@ -298,3 +303,20 @@ for i, key in ipairs(KEYS) do
 end
 return cjson.encode(out)
 """
+
+
+#: The scripts by name, with the hand-over lease still to be built in (see with_lease).
+SOURCES = {
+    "acquire": ACQUIRE,
+    "release": RELEASE,
+    "leave": LEAVE,
+    "force_release": FORCE_RELEASE,
+    "extend": EXTEND,
+    "read": READ,
+}
+
+
+def with_lease(source: str, handover_lease_ms: int) -> str:
+    """``source`` with the hand-over lease (and the waiters' slice derived from it) built in."""
+    slice_ms = max(1, int(handover_lease_ms * _NEXT_WAITER_SLICE))
+    return source.replace(_LEASE_MARK, str(handover_lease_ms)).replace(_SLICE_MARK, str(slice_ms))

@@ -64,6 +64,23 @@ def seconds_to_ms(value: object, what: str) -> int:
     return round(value * 1000)
 
 
+#: The shortest and longest REDIS_LOCK["HANDOVER_LEASE"], in seconds: the new holder's watchdog
+#: must lengthen it within a third of it, and a waiter that died holds the others up that long.
+MIN_HANDOVER_LEASE, MAX_HANDOVER_LEASE = 0.1, 3600.0
+
+
+def handover_lease_ms(value: object) -> int:
+    """REDIS_LOCK["HANDOVER_LEASE"] in milliseconds, if it is usable."""
+    what = "REDIS_LOCK['HANDOVER_LEASE']"
+    ms = seconds_to_ms(value, what)
+    if not MIN_HANDOVER_LEASE * 1000 <= ms <= MAX_HANDOVER_LEASE * 1000:
+        raise ValueError(
+            f"{what} must be from {MIN_HANDOVER_LEASE} to {MAX_HANDOVER_LEASE} seconds, "
+            f"not {value!r}."
+        )
+    return ms
+
+
 def validate_blocking_timeout(value: object) -> float | None:
     """``value`` as seconds to wait at most: None (no limit), or zero or more."""
     if value is None:

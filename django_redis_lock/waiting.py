@@ -9,8 +9,8 @@ the number of connections used for waiting stays at one per process.
 A grant published while the listener is reconnecting is not lost for good: once subscribed
 again the listener wakes every waiter to look again, and each waiter also looks again at the
 end of its wait slice (for the first waiter the holder's lease, at most ``MAX_WAIT_SLICE``;
-for the others ``scripts.NEXT_WAITER_SLICE_MS``); the attempt finds the lock already handed
-to its secret.
+for the others four fifths of REDIS_LOCK["HANDOVER_LEASE"]); the attempt finds the lock
+already handed to its secret.
 """
 
 from __future__ import annotations

@@ -52,10 +52,17 @@ def browser_fixture(tmp_path: Path) -> Iterator[Any]:
 
 
 def wait_for(browser: Any, condition: Callable[[Any], Any], timeout: float = WAIT_SECONDS) -> Any:
-    """The first truthy ``condition(browser)`` within ``timeout`` seconds, else a timeout."""
+    """The first truthy ``condition(browser)`` within ``timeout`` seconds, else a timeout.
+
+    Errors of a page being replaced meanwhile (an element gone with the old document, which
+    Chromium may also report as a node that "does not belong to the document") mean: not yet.
+    """
+    from selenium.common.exceptions import WebDriverException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    return WebDriverWait(browser, timeout).until(condition)
+    return WebDriverWait(browser, timeout, ignored_exceptions=(WebDriverException,)).until(
+        condition
+    )
 
 
 def wait_for_text(browser: Any, text: str, timeout: float = WAIT_SECONDS) -> None:

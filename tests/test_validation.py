@@ -55,3 +55,11 @@ def test_lock_and_locked_refuse_the_same_options_alike(
     with pytest.raises(error) as by_decorator:
         locked("rules", **options)  # type: ignore[arg-type]
     assert str(by_decorator.value) == str(by_lock.value)
+
+
+@pytest.mark.parametrize("lease", [0.05, 4000, "5", None])
+def test_a_hand_over_lease_out_of_bounds_is_refused_at_startup_and_at_use(lease: object) -> None:
+    with override_settings(REDIS_LOCK={"HANDOVER_LEASE": lease}):
+        assert [e.id for e in run_checks() if e.id == "django_redis_lock.E009"]
+        with pytest.raises((TypeError, ValueError), match="HANDOVER_LEASE"):
+            lock("rules")
