@@ -12,47 +12,19 @@ follow such an exception shielded from a further cancellation.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import redis
 
-from django_redis_lock.backends import LockBackend, ScriptName
+from django_redis_lock.backends import LockBackend
 from django_redis_lock.exceptions import LockUnavailable
 from django_redis_lock.runtime import runtime
+from django_redis_lock.steps import Call, Flow, Listen, Step, Wait
 from django_redis_lock.waiting import AsyncTicket, Listener, SyncTicket
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True, slots=True)
-class Call:
-    """Run a lock script; its reply comes back."""
-
-    script: ScriptName
-    keys: Sequence[str]
-    args: Sequence[Any]
-
-
-@dataclass(frozen=True, slots=True)
-class Listen:
-    """Route grants for ``secret`` to this call from now on; None comes back."""
-
-    secret: str
-
-
-@dataclass(frozen=True, slots=True)
-class Wait:
-    """Wait at most ``seconds`` for a message for the listened secret (None: none came)."""
-
-    seconds: float
-
-
-Step = Call | Listen | Wait
-#: An operation: yields steps, receives their outcomes, returns its result.
-Flow = Generator[Step, Any, T]
 
 
 @contextmanager

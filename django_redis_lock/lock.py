@@ -14,17 +14,17 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import math
 import os
 import time
 import weakref
-from typing import Any, NamedTuple
+from typing import Any
 
 from django_redis_lock import signals, waiting
 from django_redis_lock.conf import lock_settings
-from django_redis_lock.drivers import Call, Flow, Listen, Wait, adrive, drive
+from django_redis_lock.drivers import adrive, drive
 from django_redis_lock.exceptions import LockBusy, LockError, LockNotOwned, LockUnavailable
 from django_redis_lock.runtime import runtime
+from django_redis_lock.steps import Call, Flow
 from django_redis_lock.validation import (
     refuse_contradiction,
     seconds_to_ms,
@@ -38,21 +38,10 @@ from django_redis_lock.watchdog import Hold, Leave
 
 logger = logging.getLogger("django_redis_lock")
 
-# How long a queued waiter's place outlives the slice it waits for, to cover its wake-up.
-_QUEUE_GRACE_MS = 2000
-
 
 def _new_secret() -> str:
     """128 random bits from the OS, as hex: the secret of one acquisition."""
     return os.urandom(16).hex()  # what secrets.token_hex(16) does, minus two calls
-
-
-class _Acquired(NamedTuple):
-    """A hold just taken: its fencing token, and whether a release handed it over (then its
-    lease is the short hand-over lease until this process lengthens it)."""
-
-    token: int
-    handed_over: bool
 
 
 class Lock:
@@ -209,58 +198,16 @@ class Lock:
             if self._confirmed(left):
                 return self._reenter()
         secret = _new_secret()
+        args = [secret, self._timeout_ms, owner, self.label or ""]
+        channel = runtime().listener(self._backend).channel
         try:
-            acquired = yield from self._attempts(secret, owner, wait, limit)
+            acquired = yield from waiting.attempts(
+                self._keys, args, channel, wait, limit, self._busy
+            )
         except BaseException as exc:
             yield from self._leaving(secret, now=not isinstance(exc, LockUnavailable))
             raise
         return self._took(secret, acquired)
-
-    def _attempts(
-        self, secret: str, owner: str, wait: bool, limit: float | None
-    ) -> Flow[_Acquired | None]:
-        """Try, and while waiting is allowed, queue and wait for the hand-over.
-
-        A waiter queues in Redis with its first attempt and is woken by the release that hands
-        it the lock. Without a grant it tries again after the wait the script gave it: the
-        first waiter when the holder's lease ends (the holder may have died), the others after
-        a longer slice. The last attempt, at the deadline, also leaves the queue.
-        """
-        channel = runtime().listener(self._backend).channel
-        deadline = None if limit is None else time.monotonic() + limit
-        listening = False
-        while True:
-            left = None if deadline is None else deadline - time.monotonic()
-            wait_ms = 0
-            if wait and (left is None or left > 0):
-                wait_ms = waiting.MAX_WAIT_SLICE_MS
-                if left is not None:
-                    wait_ms = min(wait_ms, math.ceil(left * 1000))
-            args = [secret, self._timeout_ms, owner, self.label or "", wait_ms, channel]
-            result = yield Call("acquire", self._keys.all, [*args, _QUEUE_GRACE_MS])
-            if not isinstance(result, list):  # the fencing token: acquired
-                return _Acquired(int(result), handed_over=False)
-            lease_left, script_wait = int(result[0]), int(result[1])
-            self.busy_ttl = lease_left / 1000 if lease_left >= 0 else None
-            if not listening:  # the first busy answer of this acquire
-                signals.send(signals.lock_busy, self, None)
-            if not wait_ms:  # not queued: not blocking, or the deadline passed
-                return None
-            if not listening:
-                listening = True
-                yield Listen(secret)
-            # Wait for the grant until the script's wait ends (the lease, for the first
-            # waiter); a nudge (this waiter is first now) moves that end without a request.
-            look_again = time.monotonic() + script_wait / 1000 + 0.001
-            while True:
-                now = time.monotonic()
-                pause = look_again - now if deadline is None else min(look_again, deadline) - now
-                message = yield Wait(max(0.0, pause))
-                if isinstance(message, waiting.Grant):
-                    return _Acquired(message.token, handed_over=True)
-                if not isinstance(message, waiting.Nudge):
-                    break  # time is up, or told to look again
-                look_again = min(look_again, time.monotonic() + message.lease_ms / 1000 + 0.001)
 
     def _leaving(self, secret: str, *, now: bool) -> Flow[None]:
         """Free what an attempt of ``secret`` may have got, or take it out of the queue: at
@@ -273,6 +220,12 @@ class Lock:
             except Exception:  # Redis failed meanwhile: the watchdog settles it later
                 pass
         runtime().watchdog.settle(Leave(self._backend, self._keys, args))
+
+    def _busy(self, lease_left_ms: int, first: bool) -> None:
+        """An attempt found the lock busy: note the holder's lease; signal it once a call."""
+        self.busy_ttl = lease_left_ms / 1000 if lease_left_ms >= 0 else None
+        if first:
+            signals.send(signals.lock_busy, self, None)
 
     def _holding(self) -> bool:
         return self._secret is not None and not self.lost
@@ -302,7 +255,7 @@ class Lock:
         self._depth += 1
         return True
 
-    def _took(self, secret: str, acquired: _Acquired | None) -> bool:
+    def _took(self, secret: str, acquired: waiting.Acquired | None) -> bool:
         if acquired is None:
             return False
         self._secret, self._depth = secret, 1

@@ -19,14 +19,17 @@ import asyncio
 import collections
 import contextlib
 import logging
+import math
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import redis
 
-from django_redis_lock.backends import LockBackend
+from django_redis_lock.backends import LockBackend, LockKeys
+from django_redis_lock.steps import Call, Flow, Listen, Wait
 
 logger = logging.getLogger("django_redis_lock")
 
@@ -43,6 +46,8 @@ _MAX_BACKOFF_SECONDS = 5.0
 _MAX_UNCLAIMED = 1000
 #: The longest a waiter waits for a grant before it looks again (milliseconds).
 MAX_WAIT_SLICE_MS = 10_000
+# How long a queued waiter's place outlives the slice it waits for, to cover its wake-up.
+_QUEUE_GRACE_MS = 2000
 
 
 def _text(value: bytes | str) -> str:
@@ -253,3 +258,63 @@ class Listener:
             tickets = list(self._tickets.values())
         for ticket in tickets:
             ticket.wake(None)
+
+
+class Acquired(NamedTuple):
+    """A hold just taken: its fencing token, and whether a release handed it over (then its
+    lease is the short hand-over lease until its process lengthens it)."""
+
+    token: int
+    handed_over: bool
+
+
+def attempts(
+    keys: LockKeys,
+    args: list[Any],
+    channel: str,
+    wait: bool,
+    limit: float | None,
+    busy: Callable[[int, bool], None],
+) -> Flow[Acquired | None]:
+    """Try to acquire, and while waiting is allowed, queue and wait for the hand-over.
+
+    ``args`` are the acquire script's first (secret, lease ms, owner, label); ``busy(lease
+    left ms, first)`` hears every busy answer. A waiter queues in Redis with its first attempt
+    and is woken by the release that hands it the lock. Without a grant it tries again after
+    the wait the script gave it: the first waiter when the holder's lease ends (the holder may
+    have died), the others after a longer slice. The last attempt, at the deadline, also
+    leaves the queue.
+    """
+    deadline = None if limit is None else time.monotonic() + limit
+    listening = False
+    while True:
+        left = None if deadline is None else deadline - time.monotonic()
+        wait_ms = 0
+        if wait and (left is None or left > 0):
+            wait_ms = (
+                MAX_WAIT_SLICE_MS
+                if left is None
+                else min(MAX_WAIT_SLICE_MS, math.ceil(left * 1000))
+            )
+        result = yield Call("acquire", keys.all, [*args, wait_ms, channel, _QUEUE_GRACE_MS])
+        if not isinstance(result, list):  # the fencing token: acquired
+            return Acquired(int(result), handed_over=False)
+        lease_left, script_wait = int(result[0]), int(result[1])
+        busy(lease_left, not listening)
+        if not wait_ms:  # not queued: not blocking, or the deadline passed
+            return None
+        if not listening:
+            listening = True
+            yield Listen(args[0])
+        # Wait for the grant until the script's wait ends (the lease, for the first waiter); a
+        # nudge (this waiter is first now) moves that end without a request.
+        look_again = time.monotonic() + script_wait / 1000 + 0.001
+        while True:
+            now = time.monotonic()
+            pause = look_again - now if deadline is None else min(look_again, deadline) - now
+            message = yield Wait(max(0.0, pause))
+            if isinstance(message, Grant):
+                return Acquired(message.token, handed_over=True)
+            if not isinstance(message, Nudge):
+                break  # time is up, or told to look again
+            look_again = min(look_again, time.monotonic() + message.lease_ms / 1000 + 0.001)

@@ -1,0 +1,39 @@
+"""The steps a lock's flow yields to its driver (see ``drivers.py``), and the flow's type."""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+#: The name of one of the lock's Lua scripts (see ``scripts.SOURCES``).
+ScriptName = str
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """Run a lock script; its reply comes back."""
+
+    script: ScriptName
+    keys: Sequence[str]
+    args: Sequence[Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Listen:
+    """Route grants for ``secret`` to this call from now on; None comes back."""
+
+    secret: str
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """Wait at most ``seconds`` for a message for the listened secret (None: none came)."""
+
+    seconds: float
+
+
+Step = Call | Listen | Wait
+#: An operation: yields steps, receives their outcomes, returns its result.
+Flow = Generator[Step, Any, T]
