@@ -17,6 +17,7 @@ import redis
 from django.test.utils import override_settings
 
 from testproject.redis_server import RedisServer, RedisServerGroup, find_redis_server
+from tests.helpers import SYNC, SyncDriver, async_driver
 
 # Set to the URL of the server a pytest run started: a pytest run inside this one (pytester,
 # xdist workers) starts its own server instead of flushing ours.
@@ -140,3 +141,14 @@ def redis_factory() -> Iterator[RedisServerGroup]:
     group = RedisServerGroup(binary=find_redis_server())
     yield group
     group.stop_all()
+
+
+@pytest.fixture(params=["sync", "async"])
+def driver(request: pytest.FixtureRequest) -> Iterator[SyncDriver]:
+    """Each of the Lock's two APIs in turn (see tests.helpers.SyncDriver): a test taking this
+    fixture runs once through the blocking methods and once through the async ones."""
+    if request.param == "sync":
+        yield SYNC
+        return
+    with async_driver() as driver:
+        yield driver

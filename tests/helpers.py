@@ -1,13 +1,16 @@
-"""Small tools shared by the tests: bounded waits and round-trip counting."""
+"""Small tools shared by the tests: bounded waits, round-trip counting, the two drivers of a
+Lock's operations, and what Redis and the OS show of the package's state."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import os
+import threading
 import time
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable, Coroutine, Iterator
+from concurrent.futures import Future
+from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
@@ -15,8 +18,13 @@ from django.dispatch import Signal
 from django.test.utils import override_settings
 
 from django_redis_lock import Lock, lock
+from django_redis_lock.backends import LockKeys
 from django_redis_lock.runtime import runtime
 from testproject.settings import build_caches
+
+T = TypeVar("T")
+# The longest one call through a driver may take before the test fails.
+CALL_SECONDS = 30.0
 
 
 def wait_until(predicate: Callable[[], Any], timeout: float = 5.0, step: float = 0.005) -> Any:
@@ -172,3 +180,167 @@ def listen(alias: str | None = None) -> None:
     listener.start()
     with redis.Redis.from_url(os.environ["REDIS_URL"]) as client:
         wait_until(lambda: client.pubsub_numsub(listener.channel)[0][1], timeout=5)
+
+
+def keys(name: str, using: str | None = None) -> LockKeys:
+    """The Redis keys of the lock ``name`` on cache ``using``, as the package computes them."""
+    return runtime().backend(using).keys_for(name)
+
+
+def start(work: Callable[[], T]) -> Future[T]:
+    """Run ``work`` in a new thread; its result (or exception) arrives in the future."""
+    future: Future[T] = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(work())
+        except BaseException as exc:  # handed to whoever waits on the future
+            future.set_exception(exc)
+
+    threading.Thread(target=run, daemon=True).start()
+    return future
+
+
+class SyncDriver:
+    """A Lock's operations through its blocking API, in the calling thread.
+
+    With :class:`AsyncDriver`, through the ``driver`` fixture, a scenario that both APIs must
+    pass is written once: ``driver.acquire(held)`` rather than ``held.acquire()``.
+    """
+
+    name = "sync"
+
+    def call(self, held: Lock, method: str, *args: Any, **kwargs: Any) -> Any:
+        """``held.<method>(...)``, ``method`` named as in the blocking API."""
+        return getattr(held, method)(*args, **kwargs)
+
+    def acquire(
+        self, held: Lock, blocking: bool | None = None, blocking_timeout: float | None = None
+    ) -> bool:
+        """``held.acquire()`` (or ``aacquire()``)."""
+        return bool(self.call(held, "acquire", blocking, blocking_timeout))
+
+    def release(self, held: Lock) -> None:
+        """``held.release()`` (or ``arelease()``)."""
+        self.call(held, "release")
+
+    def extend(
+        self, held: Lock, additional_time: float | None = None, *, replace_ttl: bool = False
+    ) -> None:
+        """``held.extend()`` (or ``aextend()``)."""
+        self.call(held, "extend", additional_time, replace_ttl=replace_ttl)
+
+    def locked(self, held: Lock) -> bool:
+        """``held.locked()`` (or ``alocked()``)."""
+        return bool(self.call(held, "locked"))
+
+    def owned(self, held: Lock) -> bool:
+        """``held.owned()`` (or ``aowned()``)."""
+        return bool(self.call(held, "owned"))
+
+    def ttl(self, held: Lock) -> float | None:
+        """``held.ttl()`` (or ``attl()``)."""
+        left: float | None = self.call(held, "ttl")
+        return left
+
+    def entered(self, held: Lock) -> contextlib.AbstractContextManager[Lock]:
+        """``with held`` (or ``async with held``)."""
+        return held
+
+
+class AsyncDriver(SyncDriver):
+    """A Lock's operations through its async API, each call a task on an event loop that
+    runs in a thread of its own (so concurrent calls from several threads run as concurrent
+    tasks, and the calling thread never runs a loop)."""
+
+    name = "async"
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+
+    def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """Run ``coroutine`` as a task on the driver's loop; its result."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(CALL_SECONDS)
+
+    def call(self, held: Lock, method: str, *args: Any, **kwargs: Any) -> Any:
+        """``await held.a<method>(...)`` on the driver's loop."""
+        return self.run(getattr(held, f"a{method}")(*args, **kwargs))
+
+    @contextlib.contextmanager
+    def entered(self, held: Lock) -> Iterator[Lock]:
+        """``async with held``, its body run in the calling thread."""
+        self.run(held.__aenter__())
+        try:
+            yield held
+        except BaseException as exc:
+            self.run(held.__aexit__(type(exc), exc, exc.__traceback__))
+            raise
+        self.run(held.__aexit__(None, None, None))
+
+
+SYNC = SyncDriver()
+
+
+@contextlib.contextmanager
+def async_driver() -> Iterator[AsyncDriver]:
+    """An AsyncDriver whose event loop runs in a thread until the block ends."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, name="test-event-loop", daemon=True)
+    thread.start()
+    try:
+        yield AsyncDriver(loop)
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(CALL_SECONDS)
+        loop.close()
+
+
+class WatchdogThread:
+    """The package's watchdog thread as the OS shows it (Linux ``/proc``): whether it sleeps,
+    and how many times it went to sleep, which is once per wake-up (a wake-up call, or a look
+    of its own once a second) and sometimes once more for the GIL."""
+
+    NAME = "django_redis_lock-watchdog"
+
+    def __init__(self) -> None:
+        found = [thread for thread in threading.enumerate() if thread.name == self.NAME]
+        assert len(found) == 1, f"{len(found)} watchdog threads"
+        assert found[0].native_id is not None
+        self.status_path = f"/proc/self/task/{found[0].native_id}/status"
+
+    def field(self, name: str) -> str:
+        """One field of the thread's ``status`` file."""
+        with open(self.status_path) as status:
+            for line in status:
+                key, _, value = line.partition(":")
+                if key == name:
+                    return value.strip()
+        raise AssertionError(f"no {name} in {self.status_path}")
+
+    def sleeps(self) -> int:
+        """How many times the thread went to sleep (its voluntary context switches)."""
+        return int(self.field("voluntary_ctxt_switches"))
+
+    def asleep(self) -> bool:
+        """Whether the thread sleeps now (waiting for work, or for the GIL)."""
+        return self.field("State").startswith("S")
+
+    def settle(self) -> None:
+        """Return once the thread sleeps and stays asleep from one look to the next (a few
+        milliseconds, in which it has the GIL to finish what woke it)."""
+        last = [-1]
+
+        def quiet() -> bool:
+            now = self.sleeps()
+            still = now == last[0] and self.asleep()
+            last[0] = now
+            return still
+
+        wait_until(quiet, timeout=2)
+
+    def after_a_look_of_its_own(self) -> None:
+        """Return once the thread woke by itself and went back to sleep: its loop runs, and
+        its next look of its own is about a second away."""
+        before = self.sleeps()
+        wait_until(lambda: self.sleeps() > before, timeout=3)
+        self.settle()

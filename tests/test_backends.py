@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import re
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -16,7 +17,7 @@ from django_redis_lock import LockUnavailable, get_lock_manager, lock
 from django_redis_lock.runtime import runtime
 from testproject.redis_server import RedisServerGroup
 from testproject.settings import build_caches
-from tests.helpers import wait_until
+from tests.helpers import SyncDriver, keys, wait_until
 
 
 def _hash_tag(key: str) -> str:
@@ -65,7 +66,8 @@ def test_django_redis_and_builtin_backend_guard_the_same_lock(redis_client: redi
     results: list[bool] = []
     waiter = threading.Thread(target=lambda: results.append(via_builtin.acquire()))
     waiter.start()
-    wait_until(lambda: redis_client.zcard(via_builtin._keys.queue) == 1)  # it queued
+    queue = keys("shared", using="builtin").queue
+    wait_until(lambda: redis_client.zcard(queue) == 1)  # it queued
     via_django_redis.release()  # hands over to the waiter of the other backend, and wakes it
     waiter.join(5)
     assert results == [True]
@@ -91,7 +93,7 @@ def test_sentinel_client(redis_factory: RedisServerGroup) -> None:
     with override_settings(CACHES=caches):
         held = lock("via-sentinel")
         assert held.acquire()
-        assert redis.Redis(port=master.port).exists(held._keys.lock)
+        assert redis.Redis(port=master.port).exists(keys("via-sentinel").lock)
         assert not lock("via-sentinel", blocking=False).acquire()
         held.release()
         _check_async_round(lock("via-sentinel"))
@@ -105,20 +107,23 @@ def _check_async_round(held: Any) -> None:
     asyncio.run(main())
 
 
-def test_redis_down_raises_lock_unavailable(redis_factory: RedisServerGroup) -> None:
+def test_redis_down_raises_lock_unavailable(
+    redis_factory: RedisServerGroup, driver: SyncDriver
+) -> None:
     server = redis_factory()
     caches = build_caches(server.url)
     with override_settings(CACHES=caches):
         held = lock("fragile", auto_renew=False)
-        assert held.acquire()
+        assert driver.acquire(held)
         server.stop()
-        calls = [
-            held.release,
-            held.extend,
-            held.locked,
-            held.ttl,
-            lambda: lock("other").acquire(),
-            lambda: lock("other").acquire(blocking=False),
+        calls: list[Callable[[], object]] = [
+            lambda: driver.release(held),
+            lambda: driver.extend(held),
+            lambda: driver.locked(held),
+            lambda: driver.owned(held),
+            lambda: driver.ttl(held),
+            lambda: driver.acquire(lock("other")),
+            lambda: driver.acquire(lock("other"), blocking=False),
             lambda: list(get_lock_manager().list()),
             lambda: get_lock_manager().get("fragile"),
             lambda: get_lock_manager().release("fragile"),
@@ -128,9 +133,6 @@ def test_redis_down_raises_lock_unavailable(redis_factory: RedisServerGroup) -> 
             with pytest.raises(LockUnavailable) as caught:
                 call()
             assert isinstance(caught.value.__cause__, redis.ConnectionError)
-        with pytest.raises(LockUnavailable) as caught:
-            asyncio.run(lock("other").aacquire())
-        assert isinstance(caught.value.__cause__, redis.ConnectionError)
 
 
 def test_a_stalled_redis_raises_lock_unavailable_after_the_socket_timeout(

@@ -19,7 +19,7 @@ from django_redis_lock import get_lock_manager, lock
 from django_redis_lock.runtime import runtime
 from testproject.redis_server import RedisServerGroup
 from testproject.settings import build_caches
-from tests.helpers import commandstats, forge, hold, wait_until
+from tests.helpers import commandstats, forge, hold, keys, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -270,13 +270,13 @@ def test_list_json_with_a_bad_pattern_prints_nothing() -> None:
 
 
 def test_clear_says_when_waiters_took_locks_over(redis_client: redis.Redis) -> None:
-    [held] = hold("busy-queue")
+    hold("busy-queue")
     results: list[bool] = []
     waiter = threading.Thread(
         target=lambda: results.append(lock("busy-queue", blocking_timeout=10).acquire())
     )
     waiter.start()
-    wait_until(lambda: redis_client.zcard(held._keys.queue) == 1)
+    wait_until(lambda: redis_client.zcard(keys("busy-queue").queue) == 1)
     out = _run("clear", "--yes")
     waiter.join(5)
     assert "Released 1 lock (1 taken over at once by waiting clients)." in out

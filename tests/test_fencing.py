@@ -6,7 +6,7 @@ import redis
 from django.test import override_settings
 
 from django_redis_lock import Lock, get_lock_manager, lock
-from tests.helpers import wait_until
+from tests.helpers import keys, wait_until
 
 
 def _take(name: str, **options: object) -> Lock:
@@ -45,7 +45,7 @@ def test_tokens_rise_after_the_tombstone_is_gone(redis_client: redis.Redis) -> N
     with override_settings(REDIS_LOCK={"TOMBSTONE_TIMEOUT": 0.05}):
         held = _take("short-lived")
         first = held.fencing_token
-        key = held._keys.lock
+        key = keys("short-lived").lock
         held.release()
         wait_until(lambda: not redis_client.exists(key))
         again = _take("short-lived")

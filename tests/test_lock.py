@@ -1,4 +1,7 @@
-"""The Lock API against a real Redis: ownership, round trips, extend, validation, metadata."""
+"""The Lock API against a real Redis: ownership, round trips, extend, validation, metadata.
+
+A test taking the ``driver`` fixture runs through the blocking API and through the async one.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ import math
 import os
 import socket
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -27,14 +31,16 @@ from django_redis_lock import (
     lock,
     signals,
 )
-from django_redis_lock.runtime import runtime
 from tests.helpers import (
     FaultyConnection,
+    SyncDriver,
     builtin_cache_with,
     commandstats,
     counted_caches,
+    keys,
     received,
     round_trips,
+    start,
     wait_until,
 )
 
@@ -69,140 +75,154 @@ def test_hot_path_sends_only_evalsha(redis_client: redis.Redis) -> None:
 
 @pytest.mark.parametrize("alias", ["default", "builtin"])
 def test_scripts_are_loaded_again_after_the_server_forgets_them(
-    redis_client: redis.Redis, alias: str
+    redis_client: redis.Redis, alias: str, driver: SyncDriver
 ) -> None:
     with lock("warm-up", using=alias):
         pass
     redis_client.script_flush()  # as after a restart or a failover to a fresh replica
     held = lock("job", using=alias)
-    assert held.acquire()
+    assert driver.acquire(held)
     redis_client.script_flush()
-    held.extend(5)
+    driver.extend(held, 5)
     redis_client.script_flush()
-    held.release()
-    assert not held.locked()
+    driver.release(held)
+    assert not driver.locked(held)
+    redis_client.script_flush()
+    assert driver.acquire(lock("job", using=alias), blocking=False)
 
 
-def test_second_holder_is_refused_until_release() -> None:
+def test_second_holder_is_refused_until_release(driver: SyncDriver) -> None:
     first, second = lock("report"), lock("report", blocking=False)
-    assert first.acquire()
-    assert first.owned()
-    assert first.locked()
-    assert not second.acquire()
-    assert second.locked()
-    assert not second.owned()
-    first.release()
-    assert not first.locked()
-    assert second.acquire()
-    second.release()
+    assert not driver.locked(first)
+    assert driver.acquire(first)
+    assert driver.owned(first)
+    assert driver.locked(first)
+    assert not driver.acquire(second)
+    assert driver.locked(second)
+    assert not driver.owned(second)
+    driver.release(first)
+    assert not driver.locked(first)
+    assert driver.acquire(second)
+    driver.release(second)
 
 
-def test_release_without_holding_raises() -> None:
+def test_release_without_holding_raises(driver: SyncDriver) -> None:
     never = lock("never")
     with pytest.raises(LockNotOwned):
-        never.release()
+        driver.release(never)
     held = lock("twice")
-    held.acquire()
-    held.release()
+    driver.acquire(held)
+    driver.release(held)
     with pytest.raises(LockNotOwned):
-        held.release()
+        driver.release(held)
 
 
-def test_second_acquire_by_the_holder_raises_at_once() -> None:
+def test_second_acquire_by_the_holder_raises_at_once(driver: SyncDriver) -> None:
     held = lock("single")
-    held.acquire()
+    driver.acquire(held)
+    started = time.monotonic()
     with pytest.raises(LockError, match="reentrant=True"):
-        held.acquire(blocking_timeout=5)
-    held.release()
+        driver.acquire(held, blocking_timeout=5)
+    assert time.monotonic() - started < 1  # not after waiting for itself
+    driver.release(held)
 
 
-def test_reentrant_lock_needs_one_release_per_acquire() -> None:
+def test_reentrant_lock_needs_one_release_per_acquire(driver: SyncDriver) -> None:
     held = lock("nested", reentrant=True)
-    assert held.acquire()
-    assert held.acquire()
+    assert driver.acquire(held)
+    assert driver.acquire(held)
     token = held.fencing_token
-    held.release()
-    assert held.owned()
+    driver.release(held)
+    assert driver.owned(held)
     assert held.fencing_token == token
-    assert not lock("nested", blocking=False).acquire()
-    held.release()
-    assert not held.locked()
+    assert not driver.acquire(lock("nested", blocking=False))
+    driver.release(held)
+    assert not driver.locked(held)
     with pytest.raises(LockNotOwned):
-        held.release()
+        driver.release(held)
 
 
-def test_stale_holder_cannot_release_or_extend_the_next_holders_lock() -> None:
+def test_stale_holder_cannot_release_or_extend_the_next_holders_lock(driver: SyncDriver) -> None:
     stale = lock("invoice", timeout=0.05, auto_renew=False)
-    assert stale.acquire()
-    wait_until(lambda: not stale.locked())
+    assert driver.acquire(stale)
+    wait_until(lambda: not driver.locked(stale))
     fresh = lock("invoice", auto_renew=False)
-    assert fresh.acquire()
+    assert driver.acquire(fresh)
     with pytest.raises(LockNotOwned):
-        stale.extend()
+        driver.extend(stale)
     assert stale.lost
     with pytest.raises(LockNotOwned):
-        stale.release()
-    assert fresh.owned()
-    fresh.release()
+        driver.release(stale)
+    assert driver.owned(fresh)
+    driver.release(fresh)
 
 
-def test_extend_adds_or_replaces_the_lease() -> None:
+def test_extend_adds_or_replaces_the_lease(driver: SyncDriver) -> None:
     held = lock("extend", timeout=10, auto_renew=False)
-    held.acquire()
-    held.extend(20)
-    assert 29 < held.ttl() <= 30  # type: ignore[operator]
-    held.extend(5, replace_ttl=True)
-    assert 4 < held.ttl() <= 5  # type: ignore[operator]
-    held.extend()
-    assert 14 < held.ttl() <= 15  # type: ignore[operator]
-    held.release()
+    driver.acquire(held)
+    driver.extend(held, 20)
+    assert 29 < driver.ttl(held) <= 30  # type: ignore[operator]
+    driver.extend(held, 5, replace_ttl=True)
+    assert 4 < driver.ttl(held) <= 5  # type: ignore[operator]
+    driver.extend(held)
+    assert 14 < driver.ttl(held) <= 15  # type: ignore[operator]
+    driver.release(held)
     with pytest.raises(LockNotOwned):
-        held.extend()
+        driver.extend(held)
 
 
-def test_ttl_is_none_when_nobody_holds_the_lock() -> None:
+def test_ttl_is_none_when_nobody_holds_the_lock(driver: SyncDriver) -> None:
     held = lock("ttl", timeout=7)
-    assert held.ttl() is None
-    held.acquire()
-    assert 6 < held.ttl() <= 7  # type: ignore[operator]
-    held.release()
-    assert held.ttl() is None  # the tombstone left behind is not a hold
+    assert driver.ttl(held) is None
+    driver.acquire(held)
+    assert 6 < driver.ttl(held) <= 7  # type: ignore[operator]
+    driver.release(held)
+    assert driver.ttl(held) is None  # the tombstone left behind is not a hold
 
 
-def test_context_manager_acquires_and_releases() -> None:
-    with lock("ctx") as held:
-        assert held.owned()
-        with pytest.raises(LockBusy), lock("ctx", blocking_timeout=0):
+def test_context_manager_acquires_and_releases(driver: SyncDriver) -> None:
+    with driver.entered(lock("ctx")) as held:
+        assert held.fencing_token is not None
+        assert driver.owned(held)
+        with pytest.raises(LockBusy), driver.entered(lock("ctx", blocking_timeout=0)):
             pass
-    assert not held.locked()
+    assert not driver.locked(held)
 
 
-def test_clean_exit_from_a_lost_lock_raises() -> None:
-    with pytest.raises(LockNotOwned), lock("ctx-lost", auto_renew=False):
+def test_clean_exit_from_a_lost_lock_raises(driver: SyncDriver) -> None:
+    with pytest.raises(LockNotOwned), driver.entered(lock("ctx-lost", auto_renew=False)):
         get_lock_manager().release("ctx-lost")
 
 
-def _fail_after_losing(name: str) -> None:
-    with lock(name, auto_renew=False):
+def _fail_after_losing(driver: SyncDriver, name: str) -> None:
+    with driver.entered(lock(name, auto_renew=False)):
         get_lock_manager().release(name)
         raise KeyError("boom")
 
 
-def test_exception_in_block_is_not_masked_by_a_lost_lock() -> None:
+def test_exception_in_block_is_not_masked_by_a_lost_lock(driver: SyncDriver) -> None:
     with pytest.raises(KeyError):
-        _fail_after_losing("ctx-error")
+        _fail_after_losing(driver, "ctx-error")
+
+
+def test_ownership_belongs_to_the_object_not_the_thread_or_task(driver: SyncDriver) -> None:
+    held = lock("handed-over")
+    # Taken in another thread (each async call is a task of its own, too) ...
+    assert start(lambda: driver.acquire(held)).result(5)
+    assert driver.owned(held)  # ... this one may use it and another release it.
+    start(lambda: driver.release(held)).result(5)
+    assert not driver.locked(held)
 
 
 def test_lease_is_finite_and_lives_on_the_server(redis_client: redis.Redis) -> None:
     held = lock("ttl-default")
     held.acquire()
-    key = held._keys.lock
-    assert 29_000 < redis_client.pttl(key) <= 30_000
+    assert 29_000 < redis_client.pttl(keys("ttl-default").lock) <= 30_000
     held.release()
     with override_settings(REDIS_LOCK={"TIMEOUT": 4.5}):
         other = lock("ttl-setting")
         other.acquire()
-        assert 4_000 < redis_client.pttl(other._keys.lock) <= 4_500
+        assert 4_000 < redis_client.pttl(keys("ttl-setting").lock) <= 4_500
         other.release()
 
 
@@ -284,17 +304,17 @@ def test_bad_options_are_refused(options: dict[str, object], error: type, match:
         lock("opts", **options)  # type: ignore[arg-type]
 
 
-def test_bad_arguments_to_methods_are_refused() -> None:
+def test_bad_arguments_to_methods_are_refused(driver: SyncDriver) -> None:
     held = lock("args")
     with pytest.raises(ValueError, match="blocking_timeout"):
-        held.acquire(blocking_timeout=-1)
-    held.acquire()
+        driver.acquire(held, blocking_timeout=-1)
+    driver.acquire(held)
     with pytest.raises(ValueError, match="additional_time"):
-        held.extend(0)
+        driver.extend(held, 0)
     with pytest.raises(TypeError, match="additional_time"):
-        held.extend("5")  # type: ignore[arg-type]
-    assert held.owned()  # a refused call loses nothing
-    held.release()
+        driver.extend(held, "5")  # type: ignore[arg-type]
+    assert driver.owned(held)  # a refused call loses nothing
+    driver.release(held)
 
 
 def test_settings_timeout_is_validated_at_use() -> None:
@@ -302,40 +322,40 @@ def test_settings_timeout_is_validated_at_use() -> None:
         lock("settings")
 
 
-def test_inner_release_of_a_lost_reentrant_lock_raises() -> None:
+def test_inner_release_of_a_lost_reentrant_lock_raises(driver: SyncDriver) -> None:
     held = lock("nested-lost", reentrant=True, auto_renew=False)
-    held.acquire()
-    held.acquire()
+    driver.acquire(held)
+    driver.acquire(held)
     get_lock_manager().release("nested-lost")
-    assert not held.owned()  # finds out it was lost
+    assert not driver.owned(held)  # finds out it was lost
     with pytest.raises(LockNotOwned):
-        held.release()
+        driver.release(held)
 
 
 def test_a_failing_signal_receiver_neither_breaks_acquire_nor_leaves_a_lock(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, driver: SyncDriver
 ) -> None:
     def broken(**kwargs: object) -> None:
         raise RuntimeError("receiver bug")
 
     signals.lock_acquired.connect(broken, weak=False)
     try:
-        with lock("robust") as held:
-            assert held.owned()
+        with driver.entered(lock("robust")) as held:
+            assert driver.owned(held)
     finally:
         signals.lock_acquired.disconnect(broken)
     assert not lock("robust").locked()
     assert "receiver bug" in caplog.text
 
 
-def test_timeouts_above_a_year_are_refused() -> None:
+def test_timeouts_above_a_year_are_refused(driver: SyncDriver) -> None:
     with pytest.raises(ValueError, match="up to"):
         lock("forever", timeout=1e14)
     held = lock("forever")
-    held.acquire()
+    driver.acquire(held)
     with pytest.raises(ValueError, match="up to"):
-        held.extend(MAX_TIMEOUT + 1)
-    held.release()
+        driver.extend(held, MAX_TIMEOUT + 1)
+    driver.release(held)
 
 
 def test_name_that_is_not_valid_unicode_is_refused() -> None:
@@ -346,40 +366,42 @@ def test_name_that_is_not_valid_unicode_is_refused() -> None:
 # -- a hold that ended in Redis is not trusted locally (issue 9) -------------------------------
 
 
-def test_a_force_released_reentrant_lock_is_not_entered_again() -> None:
+def test_a_force_released_reentrant_lock_is_not_entered_again(driver: SyncDriver) -> None:
     held = lock("reentry", reentrant=True, auto_renew=False)
-    assert held.acquire()
+    assert driver.acquire(held)
     get_lock_manager().release("reentry")  # an operator frees it...
     other = lock("reentry", auto_renew=False)
-    assert other.acquire(blocking=False)  # ...and someone else takes it
-    assert not held.acquire(blocking=False)  # not a re-entry: the hold ended
+    assert driver.acquire(other, blocking=False)  # ...and someone else takes it
+    assert not driver.acquire(held, blocking=False)  # not a re-entry: the hold ended
     assert held.lost
-    assert other.owned()
-    other.release()
+    assert driver.owned(other)
+    driver.release(other)
 
 
-def test_a_second_acquire_after_the_lease_ran_out_acquires_afresh() -> None:
-    for reentrant in (False, True):
-        held = lock("lapsed", timeout=0.05, auto_renew=False, reentrant=reentrant)
-        assert held.acquire()
-        first = held.fencing_token
-        wait_until(lambda held=held: not held.locked())  # type: ignore[misc]
-        assert held.acquire(blocking=False)  # no "already holds": nobody holds it
-        assert held.fencing_token is not None
-        assert first is not None
-        assert held.fencing_token > first
-        held.release()  # one release ends the new hold
-        assert not held.locked()
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_a_second_acquire_after_the_lease_ran_out_acquires_afresh(
+    driver: SyncDriver, reentrant: bool
+) -> None:
+    held = lock("lapsed", timeout=0.05, auto_renew=False, reentrant=reentrant)
+    assert driver.acquire(held)
+    first = held.fencing_token
+    wait_until(lambda: not driver.locked(held))
+    assert driver.acquire(held, blocking=False)  # no "already holds": nobody holds it
+    assert held.fencing_token is not None
+    assert first is not None
+    assert held.fencing_token > first
+    driver.release(held)  # one release ends the new hold
+    assert not driver.locked(held)
 
 
-def test_reentry_renews_the_lease() -> None:
+def test_reentry_renews_the_lease(driver: SyncDriver) -> None:
     held = lock("renewed-on-entry", timeout=10, auto_renew=False, reentrant=True)
-    held.acquire()
-    held.extend(1, replace_ttl=True)
-    assert held.acquire()
-    assert 9 < held.ttl() <= 10  # type: ignore[operator]
-    held.release()
-    held.release()
+    driver.acquire(held)
+    driver.extend(held, 1, replace_ttl=True)
+    assert driver.acquire(held)
+    assert 9 < driver.ttl(held) <= 10  # type: ignore[operator]
+    driver.release(held)
+    driver.release(held)
 
 
 @pytest.mark.parametrize(
@@ -391,21 +413,21 @@ def test_reentry_renews_the_lease() -> None:
     ],
 )
 def test_not_blocking_with_a_time_to_wait_is_refused(
-    lock_options: dict[str, Any], acquire_options: dict[str, Any] | None
+    lock_options: dict[str, Any], acquire_options: dict[str, Any] | None, driver: SyncDriver
 ) -> None:
     def take() -> None:
-        lock("contradiction", **lock_options).acquire(**(acquire_options or {}))
+        driver.acquire(lock("contradiction", **lock_options), **(acquire_options or {}))
 
     with pytest.raises(ValueError, match="blocking=False"):
         take()
     assert not lock("contradiction").locked()
 
 
-def test_not_blocking_with_no_time_to_wait_is_fine() -> None:
-    assert lock("fine", blocking=False, blocking_timeout=0).acquire()
+def test_not_blocking_with_no_time_to_wait_is_fine(driver: SyncDriver) -> None:
+    assert driver.acquire(lock("fine", blocking=False, blocking_timeout=0))
     waits = lock("fine-too", blocking_timeout=5)
-    assert waits.acquire(blocking=False)  # acquire's blocking overrides lock()'s
-    waits.release()
+    assert driver.acquire(waits, blocking=False)  # acquire's blocking overrides lock()'s
+    driver.release(waits)
 
 
 def test_a_blocking_acquire_in_a_running_event_loop_is_refused() -> None:
@@ -455,18 +477,18 @@ def test_a_release_retried_after_its_reply_was_lost_succeeds_quietly(
     assert not caplog.records
 
 
-def test_a_release_by_another_hold_is_still_refused_after_a_release() -> None:
+def test_a_release_by_another_hold_is_still_refused_after_a_release(driver: SyncDriver) -> None:
     first = lock("no-reuse", auto_renew=False)
-    first.acquire()
-    first.release()
+    driver.acquire(first)
+    driver.release(first)
     second = lock("no-reuse", auto_renew=False)
-    second.acquire()
+    driver.acquire(second)
     with pytest.raises(LockNotOwned):
-        first.release()  # its own hold ended; the current one is second's
-    assert second.owned()
+        driver.release(first)  # its own hold ended; the current one is second's
+    assert driver.owned(second)
     get_lock_manager().release("no-reuse")
     with pytest.raises(LockNotOwned):
-        second.release()  # force-released: that is a loss, not a retry
+        driver.release(second)  # force-released: that is a loss, not a retry
     assert second.lost
 
 
@@ -489,13 +511,13 @@ def test_labels_have_a_maximum_and_owners_are_cut() -> None:
 
 
 def test_a_second_acquire_of_a_lock_without_expiry_changes_nothing(
-    redis_client: redis.Redis,
+    redis_client: redis.Redis, driver: SyncDriver
 ) -> None:
     held = lock("persisted", auto_renew=False)
-    held.acquire()
-    key = runtime().backend().keys_for("persisted").lock
+    driver.acquire(held)
+    key = keys("persisted").lock
     redis_client.persist(key)  # by hand: the key lost its expiry
     with pytest.raises(LockError):
-        held.acquire(blocking=False)  # still held: the question changed nothing
+        driver.acquire(held, blocking=False)  # still held: the question changed nothing
     assert redis_client.pttl(key) == -1
-    held.release()
+    driver.release(held)

@@ -13,7 +13,7 @@ from django.test import override_settings
 from django_redis_lock import MAX_NAME_LENGTH, Lock, LockInfo, LockNotOwned, get_lock_manager, lock
 from django_redis_lock.runtime import runtime
 from testproject.settings import build_caches
-from tests.helpers import forge
+from tests.helpers import forge, keys
 
 
 def _hold(*names: str, **options: object) -> list[Lock]:
@@ -151,7 +151,7 @@ def test_a_held_lock_with_garbage_data_is_released_and_reported(redis_client: re
 
 def test_clear_releases_what_dry_run_lists(redis_client: redis.Redis) -> None:
     held = _hold("forever", "leased", auto_renew=False)
-    redis_client.persist(held[0]._keys.lock)  # no TTL: only a release ends it
+    redis_client.persist(keys("forever").lock)  # no TTL: only a release ends it
     forge(redis_client, "forged", t="+0042", a="-5")
     forge(redis_client, "future", a=str(32_503_680_000_000_000))  # the year 3000
     forge(redis_client, "garbage", a="1" * 30)

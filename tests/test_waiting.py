@@ -1,13 +1,19 @@
-"""Waiting: woken by the release itself, one connection per process, fair, bounded."""
+"""Waiting: woken by the release itself, one connection per process, fair, bounded.
+
+A test taking the ``driver`` fixture runs with waiters that use the blocking API and with
+waiters that use the async one.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from typing import Any
 
 import pytest
@@ -16,7 +22,7 @@ import redis
 from django_redis_lock import Lock, lock, signals
 from django_redis_lock.runtime import runtime
 from django_redis_lock.scripts import HANDOVER_LEASE_MS
-from tests.helpers import commandstats, listen, wait_until
+from tests.helpers import SYNC, SyncDriver, commandstats, keys, listen, start, wait_until
 
 
 @pytest.fixture
@@ -38,17 +44,19 @@ def busy_events() -> Iterator[threading.Semaphore]:
     signals.lock_busy.disconnect(receiver)
 
 
-def _waiter(name: str, results: list[tuple[bool, float]], **options: Any) -> threading.Thread:
-    def run() -> None:
-        waiting = lock(name, **options)
-        got = waiting.acquire()
-        results.append((got, time.monotonic()))
-        if got:
-            waiting.release()
+def _waiter(driver: SyncDriver, name: str, **options: Any) -> Future[tuple[bool, float]]:
+    """A thread that acquires ``name`` through ``driver`` and releases it if it got it; the
+    future holds whether it did, and when (time.monotonic())."""
 
-    thread = threading.Thread(target=run)
-    thread.start()
-    return thread
+    def run() -> tuple[bool, float]:
+        waiting = lock(name, **options)
+        got = driver.acquire(waiting)
+        result = (got, time.monotonic())
+        if got:
+            driver.release(waiting)
+        return result
+
+    return start(run)
 
 
 def _waiting_connections(client: redis.Redis) -> int:
@@ -58,12 +66,11 @@ def _waiting_connections(client: redis.Redis) -> int:
 
 @pytest.mark.usefixtures("listening")
 def test_waiter_is_woken_by_release_and_sends_nothing_while_waiting(
-    redis_client: redis.Redis, busy_events: threading.Semaphore
+    redis_client: redis.Redis, busy_events: threading.Semaphore, driver: SyncDriver
 ) -> None:
     holder = lock("handoff", timeout=30, auto_renew=False)
     holder.acquire()
-    results: list[tuple[bool, float]] = []
-    thread = _waiter("handoff", results, blocking_timeout=20)
+    waiter = _waiter(driver, "handoff", blocking_timeout=20)
     assert busy_events.acquire(timeout=5)  # the waiter is queued
     redis_client.config_resetstat()
     time.sleep(0.3)  # a window in which a polling waiter would show up
@@ -72,67 +79,68 @@ def test_waiter_is_woken_by_release_and_sends_nothing_while_waiting(
     assert {name for name in stats if not name.startswith(("config", "info"))} == set()
     released = time.monotonic()
     holder.release()
-    thread.join(5)
-    assert results
-    assert results[0][0]
-    assert results[0][1] - released < 0.1  # the lease had 30 s left: the release woke it
+    got, at = waiter.result(5)
+    assert got
+    assert at - released < 0.1  # the lease had 30 s left: the release woke it
 
 
 @pytest.mark.usefixtures("listening")
 def test_connections_used_for_waiting_do_not_grow_with_waiters(
-    redis_client: redis.Redis, busy_events: threading.Semaphore
+    redis_client: redis.Redis, busy_events: threading.Semaphore, driver: SyncDriver
 ) -> None:
     # Listeners of earlier tests' settings close within a second of being stopped.
     wait_until(lambda: _waiting_connections(redis_client) == 1, timeout=3)
-    holder = lock("crowd", auto_renew=False)
+    holder = lock("crowd", auto_renew=False)  # a 30 s lease nobody renews
     holder.acquire()
-    results: list[tuple[bool, float]] = []
-    threads = [_waiter("crowd", results, blocking_timeout=20) for _ in range(20)]
-    for _ in threads:
+    waiters = [_waiter(driver, "crowd", blocking_timeout=20) for _ in range(20)]
+    for _ in waiters:
         assert busy_events.acquire(timeout=5)
     assert _waiting_connections(redis_client) == 1  # the one pub/sub connection
     holder.release()
-    for thread in threads:
-        thread.join(10)
-    assert len(results) == 20
+    # Within 10 s, long before the holder's lease ends: the release woke them, in turn.
+    deadline = time.monotonic() + 10
+    results = [waiter.result(max(0, deadline - time.monotonic())) for waiter in waiters]
     assert all(got for got, _ in results)
 
 
-def test_blocking_timeout_is_honoured_and_leaves_no_queue_entry(redis_client: redis.Redis) -> None:
+def test_blocking_timeout_is_honoured_and_leaves_no_queue_entry(
+    redis_client: redis.Redis, driver: SyncDriver
+) -> None:
     holder = lock("deadline", auto_renew=False)
     holder.acquire()
     waiter = lock("deadline")
     started = time.monotonic()
-    assert not waiter.acquire(blocking_timeout=0.3)
+    assert not driver.acquire(waiter, blocking_timeout=0.3)
     elapsed = time.monotonic() - started
     assert 0.3 <= elapsed < 0.45
-    assert redis_client.zcard(holder._keys.queue) == 0
+    assert redis_client.zcard(keys("deadline").queue) == 0
     assert not lock("deadline").acquire(blocking=False)
     holder.release()
 
 
-def test_non_blocking_and_zero_timeout_try_once() -> None:
+def test_non_blocking_and_zero_timeout_try_once(driver: SyncDriver) -> None:
     holder = lock("once")
     holder.acquire()
-    for attempt in (
-        lambda: lock("once", blocking=False).acquire(),
-        lambda: lock("once").acquire(blocking_timeout=0),
-    ):
+    attempts: list[Callable[[], bool]] = [
+        lambda: driver.acquire(lock("once", blocking=False)),
+        lambda: driver.acquire(lock("once"), blocking_timeout=0),
+    ]
+    for attempt in attempts:
         started = time.monotonic()
         assert not attempt()
         assert time.monotonic() - started < 0.1
     holder.release()
 
 
-def test_waiter_of_a_crashed_holder_wakes_when_the_lease_ends() -> None:
+def test_waiter_of_a_crashed_holder_wakes_when_the_lease_ends(driver: SyncDriver) -> None:
     crashed = lock("orphan", timeout=0.5, auto_renew=False)
     crashed.acquire()  # never released: like a holder that died
     started = time.monotonic()
     waiter = lock("orphan", blocking_timeout=5)
-    assert waiter.acquire()
+    assert driver.acquire(waiter)
     elapsed = time.monotonic() - started
     assert 0.35 < elapsed < 0.7
-    waiter.release()
+    driver.release(waiter)
 
 
 def test_a_greedy_holder_cannot_starve_a_waiter(busy_events: threading.Semaphore) -> None:
@@ -162,25 +170,25 @@ def test_a_greedy_holder_cannot_starve_a_waiter(busy_events: threading.Semaphore
 
 
 def test_waiters_are_served_in_arrival_order(
-    listening: None, busy_events: threading.Semaphore
+    listening: None, busy_events: threading.Semaphore, driver: SyncDriver
 ) -> None:
-    holder = lock("fifo", auto_renew=False)
+    holder = lock("fifo", auto_renew=False)  # a 30 s lease nobody renews
     holder.acquire()
     order: list[int] = []
-    threads = []
+    waiters = []
     for i in range(5):
-        thread = threading.Thread(target=_take_and_record, args=("fifo", i, order))
-        thread.start()
+        waiters.append(start(functools.partial(_take_and_record, driver, "fifo", i, order)))
         assert busy_events.acquire(timeout=5)  # waiter i is queued before i + 1 starts
-        threads.append(thread)
     holder.release()
-    for thread in threads:
-        thread.join(10)
+    # Within 10 s, long before the holder's lease ends: the release woke them, in turn.
+    deadline = time.monotonic() + 10
+    for waiter in waiters:
+        waiter.result(max(0, deadline - time.monotonic()))
     assert order == [0, 1, 2, 3, 4]
 
 
-def _take_and_record(name: str, index: int, order: list[int]) -> None:
-    with lock(name, blocking_timeout=10):
+def _take_and_record(driver: SyncDriver, name: str, index: int, order: list[int]) -> None:
+    with driver.entered(lock(name, blocking_timeout=10)):
         order.append(index)
 
 
@@ -212,21 +220,19 @@ def test_async_waiter_lets_other_coroutines_run() -> None:
 
 @pytest.mark.usefixtures("listening")
 def test_grant_sent_while_the_listener_reconnects_is_not_lost(
-    redis_client: redis.Redis, busy_events: threading.Semaphore
+    redis_client: redis.Redis, busy_events: threading.Semaphore, driver: SyncDriver
 ) -> None:
     holder = lock("reconnect", timeout=30, auto_renew=False)
     holder.acquire()
-    results: list[tuple[bool, float]] = []
-    thread = _waiter("reconnect", results, blocking_timeout=20)
+    waiter = _waiter(driver, "reconnect", blocking_timeout=20)
     assert busy_events.acquire(timeout=5)
     assert redis_client.client_kill_filter(_type="pubsub") >= 1  # the listener is cut off
     released = time.monotonic()
     holder.release()  # the grant is published while nobody listens
-    thread.join(8)
-    assert results
-    assert results[0][0]
+    got, at = waiter.result(8)
+    assert got
     # Well before the 10 s wait slice: the listener made its waiters look again on reconnect.
-    assert results[0][1] - released < 3
+    assert at - released < 3
 
 
 def test_cancelled_async_waiter_leaves_the_queue(
@@ -244,7 +250,7 @@ def test_cancelled_async_waiter_leaves_the_queue(
             await task
 
     asyncio.run(main())
-    assert redis_client.zcard(holder._keys.queue) == 0
+    assert redis_client.zcard(keys("cancelled").queue) == 0
     holder.release()
     assert lock("cancelled").acquire(blocking=False)  # nobody was handed a dead hold
 
@@ -261,13 +267,14 @@ def test_a_newcomer_does_not_jump_the_queue_when_a_lease_runs_out(
             lock("queue-jump", timeout=60).acquire(blocking_timeout=30)
         finally:
             os._exit(0)
-    wait_until(lambda: redis_client.zcard(holder._keys.queue) == 1)
+    queue_jump = keys("queue-jump")
+    wait_until(lambda: redis_client.zcard(queue_jump.queue) == 1)
     os.kill(pid, signal.SIGKILL)  # queued for seconds yet, but it will not look again
     os.waitpid(pid, 0)
-    wait_until(lambda: not redis_client.exists(holder._keys.lock), timeout=2)  # lease over
+    wait_until(lambda: not redis_client.exists(queue_jump.lock), timeout=2)  # lease over
     newcomer = lock("queue-jump")
     assert not newcomer.acquire(blocking=False)  # the lock went to the waiter queued first
-    owner = redis_client.hget(holder._keys.lock, "o")
+    owner = redis_client.hget(queue_jump.lock, "o")
     assert owner is not None
     assert f"pid {pid} " in owner.decode()
 
@@ -291,18 +298,17 @@ def test_waiter_killed_while_queued_delays_the_next_by_the_hand_over_lease_only(
             lock("dead-waiter", timeout=dead_timeout).acquire(blocking_timeout=30)
         finally:
             os._exit(0)
-    wait_until(lambda: redis_client.zcard(holder._keys.queue) == 1)
+    queue = keys("dead-waiter").queue
+    wait_until(lambda: redis_client.zcard(queue) == 1)
     os.kill(pid, signal.SIGKILL)
     os.waitpid(pid, 0)
-    results: list[tuple[bool, float]] = []
-    thread = _waiter("dead-waiter", results, blocking_timeout=20)
-    wait_until(lambda: redis_client.zcard(holder._keys.queue) == 2)
+    waiter = _waiter(SYNC, "dead-waiter", blocking_timeout=20)
+    wait_until(lambda: redis_client.zcard(queue) == 2)
     released = time.monotonic()
     holder.release()  # handed to the dead waiter, for the short hand-over lease only
-    thread.join(20)
-    assert results
-    assert results[0][0]
-    assert results[0][1] - released < lease + 1.5  # not the dead one's whole TTL
+    got, at = waiter.result(20)
+    assert got
+    assert at - released < lease + 1.5  # not the dead one's whole TTL
 
 
 @pytest.mark.slow
@@ -328,20 +334,19 @@ def test_a_handed_over_lock_gets_its_full_lease_before_the_hand_over_lease_ends(
 
 @pytest.mark.usefixtures("listening")
 def test_a_short_hold_handed_over_costs_no_request_beyond_acquire_and_release(
-    redis_client: redis.Redis, busy_events: threading.Semaphore
+    redis_client: redis.Redis, busy_events: threading.Semaphore, driver: SyncDriver
 ) -> None:
     with lock("warm-up"):  # loads the scripts, once per server
         pass
     holder = lock("short-hold")
     holder.acquire()
     waiter = lock("short-hold", blocking_timeout=10)
-    thread = threading.Thread(target=waiter.acquire)
-    thread.start()
+    taking = start(lambda: driver.acquire(waiter))
     assert busy_events.acquire(timeout=5)
     redis_client.config_resetstat()
     holder.release()  # hands the lock over: the waiter sends nothing to take it
-    thread.join(5)
-    waiter.release()
+    assert taking.result(5)
+    driver.release(waiter)
     assert commandstats(redis_client).get("evalsha") == 2  # the two releases, no lengthening
 
 
@@ -351,16 +356,13 @@ def test_a_hand_over_wakes_only_the_new_holder(
 ) -> None:
     holder = lock("one-wake-up")
     holder.acquire()
-    results: list[tuple[bool, float]] = []
-    threads = []
+    waiters = []
     for _ in range(3):  # queued one after another
-        threads.append(_waiter("one-wake-up", results, blocking_timeout=10))
+        waiters.append(_waiter(SYNC, "one-wake-up", blocking_timeout=10))
         assert busy_events.acquire(timeout=5)
     redis_client.config_resetstat()
     holder.release()
-    for thread in threads:
-        thread.join(10)
-    assert [got for got, _ in results] == [True] * 3
+    assert [waiter.result(10)[0] for waiter in waiters] == [True] * 3
     # Three hand-overs, one message each: the waiters behind look again in time by themselves.
     assert commandstats(redis_client).get("publish") == 3
 
@@ -370,9 +372,8 @@ def test_only_the_first_waiter_looks_again_when_a_renewed_lease_ends(
 ) -> None:
     holder = lock("renewed-holder", timeout=0.3)  # renewed every 0.1 s while held
     holder.acquire()
-    results: list[tuple[bool, float]] = []
-    threads = [_waiter("renewed-holder", results, blocking_timeout=20) for _ in range(10)]
-    for _ in threads:
+    waiters = [_waiter(SYNC, "renewed-holder", blocking_timeout=20) for _ in range(10)]
+    for _ in waiters:
         assert busy_events.acquire(timeout=5)
     redis_client.config_resetstat()
     time.sleep(1.0)  # a window of about three leases
@@ -380,9 +381,7 @@ def test_only_the_first_waiter_looks_again_when_a_renewed_lease_ends(
     # About 10 renewals and a few looks by the first waiter; ten polling waiters send ~40 more.
     assert calls < 25, calls
     holder.release()
-    for thread in threads:
-        thread.join(10)
-    assert len(results) == 10
+    assert [waiter.result(10)[0] for waiter in waiters] == [True] * 10
 
 
 @pytest.mark.usefixtures("listening")
@@ -401,13 +400,11 @@ def test_the_listener_comes_back_quickly_however_often_it_was_cut_off(
         assert time.monotonic() - cut < 1
     holder = lock("cut-often", timeout=30, auto_renew=False)
     holder.acquire()
-    results: list[tuple[bool, float]] = []
-    thread = _waiter("cut-often", results, blocking_timeout=20)
+    waiter = _waiter(SYNC, "cut-often", blocking_timeout=20)
     assert busy_events.acquire(timeout=5)
     redis_client.client_kill_filter(_type="pubsub")
     released = time.monotonic()
     holder.release()  # published while nobody listens
-    thread.join(8)
-    assert results
-    assert results[0][0]
-    assert results[0][1] - released < 1.5  # the waiter looked again once the listener was back
+    got, at = waiter.result(8)
+    assert got
+    assert at - released < 1.5  # the waiter looked again once the listener was back

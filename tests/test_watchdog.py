@@ -13,13 +13,14 @@ import redis
 from django.test import override_settings
 
 from django_redis_lock import LockNotOwned, LockUnavailable, get_lock_manager, lock, signals
-from django_redis_lock.runtime import runtime
 from testproject.redis_server import RedisServer, RedisServerGroup
 from testproject.settings import build_caches
 from tests.helpers import (
     FaultyConnection,
+    WatchdogThread,
     builtin_cache_with,
     commandstats,
+    keys,
     received,
     wait_until,
 )
@@ -78,7 +79,7 @@ def test_watchdog_reports_a_lost_lock(caplog: pytest.LogCaptureFixture) -> None:
 def test_dropped_lock_object_is_not_renewed_forever(redis_client: redis.Redis) -> None:
     held = lock("forgotten", timeout=0.2)
     held.acquire()
-    key = held._keys.lock
+    key = keys("forgotten").lock
     del held  # never released: the watchdog must not keep it alive
     wait_until(lambda: not redis_client.hexists(key, "s"), timeout=2)
 
@@ -86,59 +87,65 @@ def test_dropped_lock_object_is_not_renewed_forever(redis_client: redis.Redis) -
 def test_child_process_never_renews_the_parents_locks() -> None:
     held = lock("parent-only", timeout=0.3)
     held.acquire()
-    read, write = os.pipe()
+    report, reported = os.pipe()  # child to parent: how its own lock fared
+    go, went = os.pipe()  # parent to child: done looking, the child may end
     pid = os.fork()
-    if pid == 0:  # the child: hold its own lock while it lives, then report
+    if pid == 0:  # the child: hold its own lock until the parent has looked, then report
         code = 1
         try:
             child_lock = lock("child-own", timeout=0.2)
             child_lock.acquire()
-            time.sleep(0.8)
+            started = time.monotonic()
+            os.read(go, 1)
+            time.sleep(max(0.0, 0.8 - (time.monotonic() - started)))  # four leases at least
             code = 0 if child_lock.owned() and not child_lock.lost else 2
             child_lock.release()
         finally:
-            os.write(write, bytes([code]))
+            os.write(reported, bytes([code]))
             os._exit(0)
-    os.close(write)
+    os.close(reported)
+    os.close(go)
     try:
-        assert held._hold is not None
-        runtime().watchdog.remove(held._hold)  # the parent stops renewing: only a child could now
-        wait_until(lambda: not lock("parent-only").locked(), timeout=2)
+        # The parent drops its Lock unreleased, so it stops renewing it: only a child could now
+        # (the child's copy of the Lock lives on, and its watchdog would find the hold there).
+        del held
+        wait_until(lambda: not lock("parent-only").locked(), timeout=2)  # the child lives on
     finally:
-        result = os.read(read, 1)
+        os.write(went, b"1")
+        result = os.read(report, 1)
         os.waitpid(pid, 0)
-        os.close(read)
+        os.close(report)
+        os.close(went)
     assert result == bytes([0])  # the child's own watchdog worked
 
 
-def test_a_lock_taken_and_released_in_a_loop_rarely_wakes_the_watchdog(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_a_lock_taken_and_released_in_a_loop_rarely_wakes_the_watchdog() -> None:
     with lock("starts-the-thread"):
         pass
-    dog = runtime().watchdog
-    wait_until(lambda: dog._ticking, timeout=2)
-    wake_ups = []
-    notify = dog._cond.notify
-    monkeypatch.setattr(dog._cond, "notify", lambda n=1: (wake_ups.append(n), notify(n)))
+    thread = WatchdogThread()
+    thread.settle()  # its loop runs
+    before, started = thread.sleeps(), time.monotonic()
     for _ in range(50):
         with lock("hot-loop", timeout=30):
             pass
-        # Let the thread handle any wake-up call and go back to waiting before the next hold.
-        wait_until(lambda: bool(dog._cond._waiters), timeout=2)  # type: ignore[attr-defined]
-    # Each hold is due after the thread's next look on its own: none needs a wake-up call.
-    assert len(wake_ups) <= 1
+        thread.settle()  # it handles any wake-up call and sleeps again before the next hold
+    looks_of_its_own = 1 + int(time.monotonic() - started)  # one a second at most
+    # Each hold is due after the thread's next look on its own: none needs a wake-up call. One
+    # is allowed, and each wake-up may cost a second sleep, for the GIL.
+    assert thread.sleeps() - before <= 2 * (1 + looks_of_its_own)
 
 
 @pytest.mark.slow
 def test_a_hold_registered_without_the_lock_is_renewed_in_time() -> None:
     with lock("starts-the-thread"):
         pass
-    dog = runtime().watchdog
-    wait_until(lambda: dog._ticking, timeout=2)
-    held = lock("registered-lock-free", timeout=3)  # first renewal after 1 s: a tick or more
+    thread = WatchdogThread()
+    thread.after_a_look_of_its_own()  # its next look is about a second away
+    before = thread.sleeps()
+    held = lock("registered-lock-free", timeout=3)  # first renewal after 1 s: a look or more
     assert held.acquire()
-    assert held._hold in dog._incoming  # handed over with a bare append
+    thread.settle()
+    assert thread.sleeps() == before  # handed over without waking the thread
     time.sleep(3.5)  # longer than the lease: only renewals keep it
     assert held.owned()
     held.release()
