@@ -21,13 +21,23 @@ import redis
 
 from django_redis_lock import Lock, lock, signals
 from django_redis_lock.runtime import runtime
-from django_redis_lock.scripts import HANDOVER_LEASE_MS
 from tests.helpers import SYNC, SyncDriver, commandstats, keys, listen, start, wait_until
 
 
 @pytest.fixture
 def listening() -> None:
     """This process already listens for grants, as it does after its first wait."""
+    listen()
+
+
+#: The hand-over lease of the tests that wait for one to run out (the default is 5 s).
+SHORT_HANDOVER = 1.5
+
+
+@pytest.fixture
+def short_handover(settings: Any) -> None:
+    """REDIS_LOCK["HANDOVER_LEASE"] set to SHORT_HANDOVER, and this process listening."""
+    settings.REDIS_LOCK = {**settings.REDIS_LOCK, "HANDOVER_LEASE": SHORT_HANDOVER}
     listen()
 
 
@@ -283,10 +293,11 @@ def test_a_newcomer_does_not_jump_the_queue_when_a_lease_runs_out(
 @pytest.mark.parametrize(
     ("dead_timeout", "lease"),
     [
-        (60, HANDOVER_LEASE_MS / 1000),  # the next waiter looks again in time by itself
+        (60, SHORT_HANDOVER),  # the next waiter looks again in time by itself
         (1, 1.0),  # a lease shorter than the next waiter's slice: it is told when it ends
     ],
 )
+@pytest.mark.usefixtures("short_handover")
 def test_waiter_killed_while_queued_delays_the_next_by_the_hand_over_lease_only(
     redis_client: redis.Redis, dead_timeout: float, lease: float
 ) -> None:
@@ -312,7 +323,7 @@ def test_waiter_killed_while_queued_delays_the_next_by_the_hand_over_lease_only(
 
 
 @pytest.mark.slow
-@pytest.mark.usefixtures("listening")
+@pytest.mark.usefixtures("short_handover")
 def test_a_handed_over_lock_gets_its_full_lease_before_the_hand_over_lease_ends(
     busy_events: threading.Semaphore,
 ) -> None:
@@ -326,9 +337,9 @@ def test_a_handed_over_lock_gets_its_full_lease_before_the_hand_over_lease_ends(
         holder.release()
         thread.join(5)
         assert waiter.fencing_token is not None
-        assert (waiter.ttl() or 0) <= HANDOVER_LEASE_MS / 1000
+        assert (waiter.ttl() or 0) <= SHORT_HANDOVER
         # Lengthened at a third of the hand-over lease: well before it ends.
-        wait_until(lambda w=waiter: (w.ttl() or 0) > 55, timeout=HANDOVER_LEASE_MS / 1000 / 2)
+        wait_until(lambda w=waiter: (w.ttl() or 0) > 55, timeout=SHORT_HANDOVER / 2)
         holder = waiter
 
 
