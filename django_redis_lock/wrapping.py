@@ -293,13 +293,19 @@ class AsyncDriver:
             case Step.ACQUIRE:
                 return await call.lock.aacquire()
             case Step.RUN:
-                return await call.invoke(func)
+                # Not awaitable when a sync decorator below answered at once (method_decorator
+                # with require_GET on an async view's dispatch returns its 405 as it is).
+                return await _awaited(call.invoke(func))
             case Step.ON_BUSY:
-                value = call.on_busy()
-                return await value if inspect.isawaitable(value) else value
+                return await _awaited(call.on_busy())
             case Step.RELEASE:
                 await asyncio.shield(call.arelease())  # runs to its end even when cancelled
                 return None
+
+
+async def _awaited(value: Any) -> Any:
+    """``value``, awaited if it is awaitable."""
+    return await value if inspect.isawaitable(value) else value
 
 
 def wrap(func: Callable[..., Any], spec: Spec) -> Callable[..., Any]:
