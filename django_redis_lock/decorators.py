@@ -15,7 +15,6 @@ Django REST framework, Celery and ``method_decorator``: :mod:`~django_redis_lock
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import inspect
 import weakref
@@ -35,7 +34,7 @@ from django_redis_lock.validation import (
     validate_optional_flag,
     validate_using,
 )
-from django_redis_lock.wrapping import AsyncDriver, Options, Spec, SyncDriver, wrap
+from django_redis_lock.wrapping import AsyncDriver, Options, Spec, SyncDriver, make_driver, wrap
 
 Decorated = TypeVar("Decorated")
 
@@ -79,7 +78,7 @@ def locked(
     validate_optional_flag(auto_renew, "auto_renew")
     options = Options(name, timeout, blocking_timeout, auto_renew, on_busy, label, using)
     # method_decorator decorates on every call: what can be reused is kept here.
-    specs: dict[tuple[Any, type], Spec] = {}
+    drivers: dict[tuple[Any, type], SyncDriver | AsyncDriver] = {}
 
     def decorate(target: Decorated) -> Decorated:
         if isinstance(target, type):
@@ -93,35 +92,38 @@ def locked(
                 "@locked cannot decorate a generator function: its body runs after the call "
                 "returns, outside the lock. Take the lock inside it with `with lock(...)`."
             )
-        spec = _spec_for(target, options, specs)
-        if on_busy is not None and iscoroutinefunction(on_busy) and not spec.is_async:
+        driver = _driver_for(target, options, drivers)
+        if on_busy is not None and iscoroutinefunction(on_busy) and isinstance(driver, SyncDriver):
             raise TypeError("An async on_busy needs an async decorated callable.")
-        return wrap(target, spec)  # type: ignore[return-value]
+        return wrap(target, driver)  # type: ignore[return-value]
 
     return decorate
 
 
-def _spec(options: Options, signature: inspect.Signature, owner: Any, is_async: bool) -> Spec:
+def _spec(options: Options, signature: inspect.Signature, owner: Any) -> Spec:
     """The Spec of a callable called with ``signature``; ``owner`` names it to operators."""
     dotted = f"{owner.__module__}.{owner.__qualname__}"
     naming = Naming(options.name, signature, dotted)
-    return Spec(options, naming, options.label or dotted, is_async, signature)
+    return Spec(options, naming, options.label or dotted, signature)
 
 
-def _spec_for(
-    func: Callable[..., Any], options: Options, cache: dict[tuple[Any, type], Spec]
-) -> Spec:
-    """The Spec of ``func``; one per view class for what method_decorator hands over."""
+def _driver_for(
+    func: Callable[..., Any],
+    options: Options,
+    cache: dict[tuple[Any, type], SyncDriver | AsyncDriver],
+) -> SyncDriver | AsyncDriver:
+    """The driver of ``func``; one per view class for what method_decorator hands over."""
     method = bound_view_method(func)
     if method is None:
-        return _spec(options, inspect.signature(func), func, iscoroutinefunction(func))
+        spec = _spec(options, inspect.signature(func), func)
+        return make_driver(spec, iscoroutinefunction(func))
     key = (method.function, method.view_class)
-    spec = cache.get(key)
-    if spec is None:  # method_decorator decorates on every call: checked on the first
+    driver = cache.get(key)
+    if driver is None:  # the first call from this view class: the template is checked now
         view = method.view_class
-        signature = inspect.signature(method.bound, follow_wrapped=False)
-        spec = cache[key] = _spec(options, signature, view, bool(view.view_is_async))
-    return spec
+        spec = _spec(options, inspect.signature(method.bound, follow_wrapped=False), view)
+        driver = cache[key] = make_driver(spec, bool(view.view_is_async))
+    return driver
 
 
 def _decorate_view_class(cls: type[View], options: Options) -> type[View]:
@@ -131,9 +133,8 @@ def _decorate_view_class(cls: type[View], options: Options) -> type[View]:
     may differ from ``cls``.
     """
     dispatch = cls.dispatch
-    spec = _spec(options, _DISPATCH_SIGNATURE, cls, is_async=False)
-    run_sync = SyncDriver(spec).run
-    run_async = AsyncDriver(dataclasses.replace(spec, is_async=True)).run
+    spec = _spec(options, _DISPATCH_SIGNATURE, cls)
+    run_sync, run_async = SyncDriver(spec).run, AsyncDriver(spec).run
     is_async: weakref.WeakKeyDictionary[type[View], bool] = weakref.WeakKeyDictionary()
 
     @functools.wraps(dispatch)

@@ -5,7 +5,7 @@ what to answer or raise when the name is invalid, the lock busy or Redis unavail
 no I/O: it yields each :class:`Step`, and receives what the step gave or has the step's
 exception thrown in, the way httpx drives its auth flows. :class:`SyncDriver` and
 :class:`AsyncDriver` perform the steps; which of them runs a callable is decided once, when it
-is decorated (:func:`wrap`).
+is decorated (:func:`make_driver`, :func:`wrap`).
 """
 
 from __future__ import annotations
@@ -54,7 +54,6 @@ class Spec:
     options: Options
     naming: Naming
     label: str
-    is_async: bool
     signature: inspect.Signature
 
 
@@ -308,14 +307,18 @@ async def _awaited(value: Any) -> Any:
     return await value if inspect.isawaitable(value) else value
 
 
-def wrap(func: Callable[..., Any], spec: Spec) -> Callable[..., Any]:
-    """``func`` run under its lock as ``spec`` says: a coroutine function if ``spec.is_async``."""
-    wrapper = (
-        _async_wrapper(func, AsyncDriver(spec))
-        if spec.is_async
-        else _sync_wrapper(func, SyncDriver(spec))
-    )
-    wrapper.__signature__ = spec.signature  # type: ignore[attr-defined]  # Celery reads it
+def make_driver(spec: Spec, is_async: bool) -> SyncDriver | AsyncDriver:
+    """The driver of calls of a callable decorated as ``spec`` says: sync or async."""
+    return AsyncDriver(spec) if is_async else SyncDriver(spec)
+
+
+def wrap(func: Callable[..., Any], driver: SyncDriver | AsyncDriver) -> Callable[..., Any]:
+    """``func`` run under its lock by ``driver``: a coroutine function for the async driver."""
+    if isinstance(driver, AsyncDriver):
+        wrapper = _async_wrapper(func, driver)
+    else:
+        wrapper = _sync_wrapper(func, driver)
+    wrapper.__signature__ = driver.spec.signature  # type: ignore[attr-defined]  # Celery reads it
     return wrapper
 
 
