@@ -1,7 +1,7 @@
 """The admin page of held locks: list, search, inspect, and release with confirmation.
 
 Locks are read from Redis through the LockManager, a page at a time (SCAN), never from the
-database; the unmanaged ``Lock`` model only carries the permissions: ``view_lock`` to see,
+database; the unmanaged ``HeldLock`` model only carries the permissions: ``view_lock`` to see,
 ``delete_lock`` to release. Each release is written to the admin log with its holder. Every
 text from Redis is shown through :func:`~django_redis_lock.display.safe_text`, and cut in
 the list (the detail page shows it whole), so no content can hide or push away the columns.
@@ -29,7 +29,7 @@ from django.urls import URLPattern, path, reverse
 from django_redis_lock.display import safe_text
 from django_redis_lock.exceptions import LockUnavailable
 from django_redis_lock.manager import LockInfo, LockManager, Released, get_lock_manager
-from django_redis_lock.models import Lock
+from django_redis_lock.models import HeldLock
 from django_redis_lock.validation import MAX_CURSOR, shorten
 
 #: The action of the changelist's action bar.
@@ -99,7 +99,7 @@ def search_pattern(query: str) -> str:
     return f"*{escaped}*"
 
 
-@admin.register(Lock)
+@admin.register(HeldLock)
 class LockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # not subscriptable at run time
     """Held locks from Redis in the admin, without a database table."""
 
@@ -108,7 +108,7 @@ class LockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # not subscriptabl
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
-    def has_change_permission(self, request: HttpRequest, obj: Lock | None = None) -> bool:
+    def has_change_permission(self, request: HttpRequest, obj: HeldLock | None = None) -> bool:
         return False
 
     def manager(self) -> LockManager:
@@ -266,7 +266,7 @@ class LockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # not subscriptabl
         taken = "; a waiting client took it over at once" if released.handed_over else ""
         LogEntry.objects.create(
             user_id=request.user.pk or 0,  # admin views always have a user
-            content_type_id=ContentType.objects.get_for_model(Lock).pk,
+            content_type_id=ContentType.objects.get_for_model(HeldLock).pk,
             object_id=released.name,
             object_repr=shorten(f"Released {name} {holder}", 200),
             action_flag=DELETION,  # the hold is gone: Recent actions shows it without a link

@@ -5,55 +5,41 @@ Retry-After header, an unreachable Redis with 503, and arguments that make an in
 400; plain functions and tasks raise LockBusy, LockUnavailable and ValueError. The lock is
 released when the call returns or raises, and for a streaming response when the response is
 closed (or dropped unclosed).
+
+This module checks the options and decides, once per decorated callable, how it is called
+(sync or async, a function, a class-based view, a method handed over by ``method_decorator``).
+How a name is made: :mod:`~django_redis_lock.naming`; how a call runs:
+:mod:`~django_redis_lock.wrapping`; the HTTP answers: :mod:`~django_redis_lock.responses`;
+Django REST framework, Celery and ``method_decorator``: :mod:`~django_redis_lock.integrations`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import inspect
-import logging
-import math
-import sys
-import threading
 import weakref
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import Any, TypeVar, cast
+from collections.abc import Callable
+from typing import Any, TypeVar
 
-from asgiref.sync import iscoroutinefunction, sync_to_async
-from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
+from asgiref.sync import iscoroutinefunction
+from django.http import HttpRequest
 from django.views import View
 
-from django_redis_lock.conf import lock_settings
-from django_redis_lock.exceptions import LockBusy, LockError, LockUnavailable
-from django_redis_lock.lock import Lock
-from django_redis_lock.manager import get_lock_manager
-from django_redis_lock.naming import InvalidName, NameSpec, Naming, check_template
+from django_redis_lock.integrations import bound_view_method
+from django_redis_lock.naming import NameSpec, Naming, check_template
 from django_redis_lock.validation import (
-    MAX_LABEL_LENGTH,
     seconds_to_ms,
-    shorten,
     validate_blocking_timeout,
     validate_label,
     validate_optional_flag,
     validate_using,
 )
-
-logger = logging.getLogger("django_redis_lock")
+from django_redis_lock.wrapping import AsyncDriver, Options, Spec, SyncDriver, make_driver, wrap
 
 Decorated = TypeVar("Decorated")
 
-
-@dataclass(frozen=True)
-class _Options:
-    name: NameSpec
-    timeout: float | None
-    blocking_timeout: float | None
-    auto_renew: bool | None
-    on_busy: Callable[..., Any] | None
-    label: str | None
-    using: str | None
+# The arguments Django calls a view's dispatch with: what the class decorator's names read.
+_DISPATCH_SIGNATURE = inspect.signature(View.dispatch)
 
 
 def locked(
@@ -90,9 +76,9 @@ def locked(
     validate_label(label)
     validate_using(using)
     validate_optional_flag(auto_renew, "auto_renew")
-    options = _Options(name, timeout, blocking_timeout, auto_renew, on_busy, label, using)
+    options = Options(name, timeout, blocking_timeout, auto_renew, on_busy, label, using)
     # method_decorator decorates on every call: what can be reused is kept here.
-    specs: dict[tuple[Any, type], _Spec] = {}
+    drivers: dict[tuple[Any, type], SyncDriver | AsyncDriver] = {}
 
     def decorate(target: Decorated) -> Decorated:
         if isinstance(target, type):
@@ -106,307 +92,59 @@ def locked(
                 "@locked cannot decorate a generator function: its body runs after the call "
                 "returns, outside the lock. Take the lock inside it with `with lock(...)`."
             )
-        spec = _spec_for(target, options, specs)
-        if on_busy is not None and iscoroutinefunction(on_busy) and not spec.is_async:
+        driver = _driver_for(target, options, drivers)
+        if on_busy is not None and iscoroutinefunction(on_busy) and isinstance(driver, SyncDriver):
             raise TypeError("An async on_busy needs an async decorated callable.")
-        wrap = _wrap_async if spec.is_async else _wrap_sync
-        return wrap(target, spec)  # type: ignore[return-value]
+        return wrap(target, driver)  # type: ignore[return-value]
 
     return decorate
 
 
-@dataclass(frozen=True)
-class _Spec:
-    """What a @locked callable was decorated with, and how it is called."""
-
-    options: _Options
-    naming: Naming
-    label: str
-    is_async: bool
-    signature: inspect.Signature
+def _spec(options: Options, signature: inspect.Signature, owner: Any) -> Spec:
+    """The Spec of a callable called with ``signature``; ``owner`` names it to operators."""
+    dotted = f"{owner.__module__}.{owner.__qualname__}"
+    naming = Naming(options.name, signature, dotted)
+    return Spec(options, naming, options.label or dotted, signature)
 
 
-def _spec_for(
-    func: Callable[..., Any], options: _Options, cache: dict[tuple[Any, type], _Spec]
-) -> _Spec:
-    # method_decorator hands over dispatch (or a handler) bound in a partial, maybe under
-    # other decorators; the partial's own signature (without self) is the one calls use.
-    inner = inspect.unwrap(func, stop=lambda f: isinstance(f, functools.partial))
-    owner = getattr(getattr(inner, "func", None), "__self__", None)
-    if isinstance(inner, functools.partial) and isinstance(owner, View):
-        key = (getattr(inner.func, "__func__", inner.func), type(owner))
-        spec = cache.get(key)
-        if spec is None:
-            signature = inspect.signature(inner, follow_wrapped=False)
-            dotted = f"{type(owner).__module__}.{type(owner).__qualname__}"
-            spec = cache[key] = _Spec(
-                options,
-                Naming(options.name, signature, dotted),
-                options.label or dotted,
-                is_async=bool(type(owner).view_is_async),
-                signature=signature,
-            )
-        return spec
-    signature = inspect.signature(func)
-    dotted = f"{func.__module__}.{func.__qualname__}"
-    return _Spec(
-        options,
-        Naming(options.name, signature, dotted),
-        options.label or dotted,
-        is_async=iscoroutinefunction(func),
-        signature=signature,
-    )
+def _driver_for(
+    func: Callable[..., Any],
+    options: Options,
+    cache: dict[tuple[Any, type], SyncDriver | AsyncDriver],
+) -> SyncDriver | AsyncDriver:
+    """The driver of ``func``; one per view class for what method_decorator hands over."""
+    method = bound_view_method(func)
+    if method is None:
+        spec = _spec(options, inspect.signature(func), func)
+        return make_driver(spec, iscoroutinefunction(func))
+    key = (method.function, method.view_class)
+    driver = cache.get(key)
+    if driver is None:  # the first call from this view class: the template is checked now
+        view = method.view_class
+        spec = _spec(options, inspect.signature(method.bound, follow_wrapped=False), view)
+        driver = cache[key] = make_driver(spec, bool(view.view_is_async))
+    return driver
 
 
-class _Call:
-    """One call of a @locked callable: its lock, and the answers when it cannot be had."""
-
-    def __init__(
-        self, spec: _Spec, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> None:
-        self.spec, self.args, self.kwargs = spec, args, kwargs
-        self.request = _request_in(args)
-        options = spec.options
-        self.lock: Lock = get_lock_manager(options.using).lock(
-            name,
-            timeout=options.timeout,
-            blocking_timeout=options.blocking_timeout,
-            auto_renew=options.auto_renew,
-            label=self._label(),
-        )
-
-    def _label(self) -> str:
-        """The label, with the request or the task; shortened, as a long URL must still run."""
-        if self.request is not None:
-            label = f"{self.spec.label} {self.request.method} {self.request.path}"
-        else:
-            task_id = _celery_task_id()
-            label = self.spec.label if task_id is None else f"{self.spec.label} task {task_id}"
-        return shorten(label, MAX_LABEL_LENGTH)
-
-    def busy(self) -> Any:
-        """What the call returns (or raises) when the lock stays busy."""
-        name = self.lock.name
-        if self.spec.options.on_busy is not None:
-            logger.info("Lock %r is busy: %s returns on_busy.", name, self.spec.label)
-            return self.spec.options.on_busy(*self.args, **self.kwargs)
-        if self.request is None:
-            raise LockBusy(f"The lock {name!r} is held by someone else.")
-        status = int(lock_settings.BUSY_STATUS)
-        logger.info("Lock %r is busy: %s answers %s.", name, self.spec.label, status)
-        retry_after = max(1, math.ceil(self.lock.busy_ttl or 0))
-        detail = f"This resource is busy; retry in {retry_after} s."
-        response = _answer(self.request, status, "locked", detail)
-        response["Retry-After"] = str(retry_after)
-        return response
-
-    def unavailable(self, exc: LockUnavailable) -> HttpResponseBase | None:
-        """None to run unlocked (if so configured), a 503 for views; raises for functions."""
-        if self.request is None:
-            raise exc
-        if lock_settings.RUN_UNLOCKED_IF_UNAVAILABLE:
-            logger.warning("Redis is unavailable; %s runs UNLOCKED: %s", self.spec.label, exc)
-            return None
-        logger.warning("Redis is unavailable; %s answers 503: %s", self.spec.label, exc)
-        detail = "The lock service is unavailable; retry later."
-        return _answer(self.request, 503, "unavailable", detail)
-
-    def finish(self, result: Any) -> Any:
-        """Release now, or when a streaming response is closed; return ``result``."""
-        if isinstance(result, HttpResponseBase) and result.streaming:
-            _release_on_close(result, self.release)
-        else:
-            self.release()
-        return result
-
-    def release(self) -> None:
-        """Release, logging instead of raising: the work is done, the caller gets its result."""
-        try:
-            self.lock.release()
-        except LockError as exc:
-            self._log_release_failure(exc)
-
-    async def arelease(self) -> None:
-        """:meth:`release` for async code."""
-        try:
-            await self.lock.arelease()
-        except LockError as exc:
-            self._log_release_failure(exc)
-
-    def _log_release_failure(self, exc: LockError) -> None:
-        name, label = self.lock.name, self.spec.label
-        logger.error("Lock %r could not be released by %s: %s", name, label, exc)
-
-    def holds(self) -> bool:
-        """Whether the acquire got as far as taking the lock (it may have been interrupted)."""
-        return self.lock.fencing_token is not None
-
-
-def _invalid_name(spec: _Spec, args: tuple[Any, ...], exc: InvalidName) -> HttpResponse:
-    """A view's 400 for a call whose arguments make an invalid name; functions raise ``exc``."""
-    request = _request_in(args)
-    if request is None:
-        raise exc
-    logger.info("%s answers 400: its arguments make an invalid lock name: %s", spec.label, exc)
-    return _answer(request, 400, "invalid", f"This request makes an invalid lock name: {exc}")
-
-
-def _wrap_sync(func: Callable[..., Any], spec: _Spec) -> Callable[..., Any]:
-    @functools.wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            name = spec.naming(args, kwargs)
-        except InvalidName as exc:
-            return _invalid_name(spec, args, exc)
-        call = _Call(spec, name, args, kwargs)
-        try:
-            acquired = call.lock.acquire()
-        except LockUnavailable as exc:
-            answer = call.unavailable(exc)
-            return answer if answer is not None else func(*args, **kwargs)
-        except BaseException:  # interrupted (KeyboardInterrupt, a time limit), maybe holding
-            if call.holds():
-                call.release()
-            raise
-        if not acquired:
-            return call.busy()
-        try:
-            result = func(*args, **kwargs)
-        except BaseException:
-            call.release()
-            raise
-        if inspect.isawaitable(result):  # an async view this decorator could not tell apart
-            call.release()
-            getattr(result, "close", lambda: None)()
-            raise TypeError(f"{spec.label} returned an awaitable; it cannot run under @locked.")
-        return call.finish(result)
-
-    wrapper.__signature__ = spec.signature  # type: ignore[attr-defined]  # Celery reads it
-    return wrapper
-
-
-def _wrap_async(func: Callable[..., Any], spec: _Spec) -> Callable[..., Any]:
-    name_in_thread = sync_to_async(spec.naming) if spec.naming.needs_thread else None
-
-    @functools.wraps(func)
-    async def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            if name_in_thread is not None:
-                name = await name_in_thread(args, kwargs)
-            else:
-                name = spec.naming(args, kwargs)
-        except InvalidName as exc:
-            return _invalid_name(spec, args, exc)
-        call = _Call(spec, name, args, kwargs)
-        try:
-            acquired = await call.lock.aacquire()
-        except LockUnavailable as exc:
-            answer = call.unavailable(exc)
-            return answer if answer is not None else await func(*args, **kwargs)
-        except BaseException:
-            if call.holds():
-                await asyncio.shield(call.arelease())
-            raise
-        if not acquired:
-            busy = call.busy()
-            return await busy if inspect.isawaitable(busy) else busy
-        try:
-            result = await func(*args, **kwargs)
-        except BaseException:
-            await asyncio.shield(call.arelease())  # also when the client went away
-            raise
-        if isinstance(result, HttpResponseBase) and result.streaming:
-            return call.finish(result)
-        await asyncio.shield(call.arelease())
-        return result
-
-    wrapper.__signature__ = spec.signature  # type: ignore[attr-defined]
-    return wrapper
-
-
-def _decorate_view_class(cls: type[View], options: _Options) -> type[View]:
+def _decorate_view_class(cls: type[View], options: Options) -> type[View]:
     """Lock ``cls.dispatch``: the name and on_busy get ``self``, ``request`` and URL kwargs.
 
-    Whether a view is async is decided per call, so subclasses may differ from the class.
+    Whether a view is async is decided once for each view class that calls it, as a subclass
+    may differ from ``cls``.
     """
     dispatch = cls.dispatch
-
-    def sync_dispatch(self: View, request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-        return dispatch(self, request, *args, **kwargs)
-
-    async def async_dispatch(self: View, request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-        # An async view's dispatch returns the handler's coroutine.
-        return await cast(Awaitable[Any], dispatch(self, request, *args, **kwargs))
-
-    dotted = f"{cls.__module__}.{cls.__qualname__}"
-    signature = inspect.signature(sync_dispatch)
-    naming = Naming(options.name, signature, dotted)
-    label = options.label or dotted
-    locked_sync = _wrap_sync(sync_dispatch, _Spec(options, naming, label, False, signature))
-    locked_async = _wrap_async(async_dispatch, _Spec(options, naming, label, True, signature))
+    spec = _spec(options, _DISPATCH_SIGNATURE, cls)
+    run_sync, run_async = SyncDriver(spec).run, AsyncDriver(spec).run
+    is_async: weakref.WeakKeyDictionary[type[View], bool] = weakref.WeakKeyDictionary()
 
     @functools.wraps(dispatch)
     def locked_dispatch(self: View, request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-        handler = locked_async if type(self).view_is_async else locked_sync
-        return handler(self, request, *args, **kwargs)
+        view = type(self)
+        view_is_async = is_async.get(view)
+        if view_is_async is None:
+            view_is_async = is_async[view] = bool(view.view_is_async)
+        run = run_async if view_is_async else run_sync  # an async view's dispatch: a coroutine
+        return run(dispatch, (self, request, *args), kwargs)
 
     cls.dispatch = locked_dispatch  # type: ignore[method-assign]
     return cls
-
-
-def _request_in(args: tuple[Any, ...]) -> HttpRequest | None:
-    """The request of a view call: the first argument, or the second after ``self``.
-
-    Django REST framework's Request wraps an HttpRequest and answers for it.
-    """
-    for arg in args[:2]:
-        if isinstance(arg, HttpRequest) or isinstance(getattr(arg, "_request", None), HttpRequest):
-            return cast(HttpRequest, arg)
-    return None
-
-
-def _celery_task_id() -> str | None:
-    """The id of the Celery task running in this thread, if any."""
-    if "celery" not in sys.modules:
-        return None
-    from celery import current_task
-
-    task = current_task._get_current_object()
-    if task is None or task.request.called_directly:
-        return None
-    return str(task.request.id)
-
-
-def _answer(request: HttpRequest, status: int, error: str, detail: str) -> HttpResponse:
-    """A short JSON body for clients that ask for JSON, plain text otherwise."""
-    accept = request.headers.get("Accept", "")
-    if "json" in accept and "html" not in accept:
-        return JsonResponse({"error": error, "detail": detail}, status=status)
-    return HttpResponse(detail + "\n", status=status, content_type="text/plain; charset=utf-8")
-
-
-def _release_on_close(response: HttpResponseBase, release: Callable[[], None]) -> None:
-    """Release when the server closes the response (after the last chunk, or a disconnect),
-    or when the response is dropped unclosed (a middleware replaced it, say); once."""
-    release_once = weakref.finalize(response, _release_off_the_loop, release)
-    close, response_ref = type(response).close, weakref.ref(response)
-
-    def close_and_release() -> None:
-        try:
-            current = response_ref()
-            if current is not None:
-                close(current)
-        finally:
-            release_once()
-
-    response.close = close_and_release  # type: ignore[method-assign]
-
-
-def _release_off_the_loop(release: Callable[[], None]) -> None:
-    """Run ``release``; from an event loop's thread (a finalizer may), in a thread of its own."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        release()
-    else:
-        threading.Thread(target=release, name="django_redis_lock-release", daemon=True).start()

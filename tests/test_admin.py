@@ -12,9 +12,13 @@ import redis
 from django.contrib.admin.models import DELETION, LogEntry
 from django.contrib.admin.utils import quote
 from django.contrib.auth.models import Permission, User
+from django.contrib.contenttypes.models import ContentType
+from django.core.management import call_command
 from django.test import Client, override_settings
+from django.urls import reverse
 
 from django_redis_lock import get_lock_manager, lock
+from django_redis_lock import models as placeholder
 from django_redis_lock.admin import LIST_TEXT_LIMIT, form_value
 from testproject.redis_server import RedisServerGroup
 from testproject.settings import build_caches
@@ -47,6 +51,20 @@ def test_staff_without_permission_get_403() -> None:
     assert client.get(CHANGELIST).status_code == 403
     assert client.get(CHANGELIST + "x/").status_code == 403
     assert client.post(CHANGELIST, {"action": "release_selected"}).status_code == 403
+
+
+def test_the_placeholder_model_is_not_called_lock_and_keeps_codenames_and_urls() -> None:
+    assert not hasattr(placeholder, "Lock")  # the core class alone is called Lock
+    content_type = ContentType.objects.get_for_model(placeholder.HeldLock)
+    assert (content_type.app_label, content_type.model) == ("django_redis_lock", "lock")
+    codenames = Permission.objects.filter(content_type=content_type).values_list("codename")
+    assert sorted(codename for (codename,) in codenames) == ["delete_lock", "view_lock"]
+    # Grants and fixtures name a permission by its natural key, content type included.
+    Permission.objects.get_by_natural_key("view_lock", "django_redis_lock", "lock")
+    assert reverse("admin:django_redis_lock_lock_changelist") == CHANGELIST
+    assert reverse("admin:django_redis_lock_lock_change", args=["x"]) == CHANGELIST + "x/"
+    # A database migrated before the rename needs no migration: the model state is the same.
+    call_command("makemigrations", "django_redis_lock", check=True, dry_run=True, verbosity=0)
 
 
 def test_the_page_is_listed_on_the_admin_index(admin_client: Client) -> None:

@@ -1,4 +1,8 @@
-"""Views decorated with @locked, in every shape the decorator supports (see tests/urls.py)."""
+"""Views decorated with @locked, in every shape the decorator supports (see tests/urls.py).
+
+Each view has an async twin, named and routed with an "a" in front (``pay`` at ``/pay/``,
+``apay`` at ``/apay/``), that takes the same lock: a test scenario runs through both.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +10,13 @@ import asyncio
 import threading
 from collections.abc import Iterator
 
+from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.utils.decorators import method_decorator
 from django.views import View
 from django.views.decorators.http import require_GET
 
-from django_redis_lock import get_lock_manager, lock, locked
+from django_redis_lock import get_lock_manager, locked
 
 #: Gates that gated views wait for, by name; views never wait longer than GATE_SECONDS.
 GATES: dict[str, threading.Event] = {}
@@ -31,33 +36,69 @@ def _label_of(name: str) -> str | None:
     return None if info is None else info.label
 
 
+def ran(name: str, arg: object = None) -> JsonResponse:
+    """A view's answer: its URL argument, and the label of the lock ``name`` (null if free)."""
+    return JsonResponse({"arg": arg, "label": _label_of(name)})
+
+
+aran = sync_to_async(ran)
+
+
 @locked("invoice:{invoice_id}")
 def pay(request: HttpRequest, invoice_id: int) -> HttpResponse:
-    return JsonResponse({"invoice": invoice_id, "label": _label_of(f"invoice:{invoice_id}")})
+    return ran(f"invoice:{invoice_id}", invoice_id)
 
 
-@locked("ainvoice:{invoice_id}")
+@locked("invoice:{invoice_id}")
 async def apay(request: HttpRequest, invoice_id: int) -> HttpResponse:
-    return HttpResponse(str(await lock(f"ainvoice:{invoice_id}").alocked()))
+    return await aran(f"invoice:{invoice_id}", invoice_id)
 
 
 @locked("user:{request.user.pk}")
 def profile(request: HttpRequest) -> HttpResponse:
-    return HttpResponse(_label_of(f"user:{request.user.pk}"))
+    return ran(f"user:{request.user.pk}")
+
+
+@locked("user:{request.user.pk}")
+async def aprofile(request: HttpRequest) -> HttpResponse:
+    return await sync_to_async(lambda: ran(f"user:{request.user.pk}"))()  # the ORM: a thread
 
 
 @locked(lambda request, item: f"item:{item.upper()}")
 def by_callable(request: HttpRequest, item: str) -> HttpResponse:
-    return HttpResponse(str(get_lock_manager().get(f"item:{item.upper()}") is not None))
+    return ran(f"item:{item.upper()}", item)
+
+
+@locked(lambda request, item: f"item:{item.upper()}")
+async def aby_callable(request: HttpRequest, item: str) -> HttpResponse:
+    return await aran(f"item:{item.upper()}", item)
 
 
 @locked("labelled")
 def labelled(request: HttpRequest, rest: str) -> HttpResponse:
-    return HttpResponse(_label_of("labelled"))
+    return ran("labelled")
 
 
-@locked("custom", on_busy=lambda request: HttpResponse("come back later", status=409))
+@locked("labelled")
+async def alabelled(request: HttpRequest, rest: str) -> HttpResponse:
+    return await aran("labelled")
+
+
+def come_back_later(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("come back later", status=409)
+
+
+async def acome_back_later(request: HttpRequest) -> HttpResponse:
+    return come_back_later(request)
+
+
+@locked("custom", on_busy=come_back_later)
 def custom_busy(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("ran")
+
+
+@locked("custom", on_busy=acome_back_later)
+async def acustom_busy(request: HttpRequest) -> HttpResponse:
     return HttpResponse("ran")
 
 
@@ -66,13 +107,24 @@ def boom(request: HttpRequest) -> HttpResponse:
     raise ValueError("view failed")
 
 
+@locked("boom")
+async def aboom(request: HttpRequest) -> HttpResponse:
+    raise ValueError("view failed")
+
+
+def _stream_chunks() -> Iterator[bytes]:
+    for i in range(3):
+        yield f"{i}:{get_lock_manager().get('stream') is not None};".encode()
+
+
 @locked("stream")
 def stream(request: HttpRequest) -> StreamingHttpResponse:
-    def chunks() -> Iterator[bytes]:
-        for i in range(3):
-            yield f"{i}:{get_lock_manager().get('stream') is not None};".encode()
+    return StreamingHttpResponse(_stream_chunks())
 
-    return StreamingHttpResponse(chunks())
+
+@locked("stream")
+async def astream(request: HttpRequest) -> StreamingHttpResponse:
+    return StreamingHttpResponse(_stream_chunks())
 
 
 @locked("gated:{name}", timeout=5)
@@ -93,44 +145,48 @@ async def agated(request: HttpRequest, name: str) -> HttpResponse:
 @method_decorator(locked("report:{pk}"), name="dispatch")
 class ReportView(View):
     def get(self, request: HttpRequest, pk: int) -> HttpResponse:
-        return HttpResponse(_label_of(f"report:{pk}"))
+        return ran(f"report:{pk}", pk)
 
 
-@method_decorator(locked("areport:{pk}"), name="dispatch")
+@method_decorator(locked("report:{pk}"), name="dispatch")
 class AsyncReportView(View):
     async def get(self, request: HttpRequest, pk: int) -> HttpResponse:
-        return HttpResponse(str(await lock(f"areport:{pk}").alocked()))
+        return await aran(f"report:{pk}", pk)
 
 
 @locked("klass:{pk}")
 class ClassDecoratedView(View):
     def get(self, request: HttpRequest, pk: int) -> HttpResponse:
-        return HttpResponse(_label_of(f"klass:{pk}"))
+        return ran(f"klass:{pk}", pk)
 
 
-@locked("aklass:{pk}")
+@locked("klass:{pk}")
 class AsyncClassDecoratedView(View):
     async def get(self, request: HttpRequest, pk: int) -> HttpResponse:
-        return HttpResponse(str(await lock(f"aklass:{pk}").alocked()))
+        return await aran(f"klass:{pk}", pk)
 
 
-@method_decorator([locked("stacked:{pk}"), require_GET], name="dispatch")
-class StackedReportView(View):
-    def get(self, request: HttpRequest, pk: int) -> HttpResponse:
-        return HttpResponse(str(lock(f"stacked:{pk}").locked()))
-
-
-@method_decorator([locked("astacked:{pk}"), require_GET], name="dispatch")
-class AsyncStackedReportView(View):
-    async def get(self, request: HttpRequest, pk: int) -> HttpResponse:
-        return HttpResponse(str(await lock(f"astacked:{pk}").alocked()))
+class SubclassView(ClassDecoratedView):
+    """A subclass of a class-decorated view: locked as its parent."""
 
 
 class AsyncSubclassView(ClassDecoratedView):
     """A sync class-decorated view made async by a subclass."""
 
     async def get(self, request: HttpRequest, pk: int) -> HttpResponse:  # type: ignore[override]
-        return HttpResponse(str(await lock(f"klass:{pk}").alocked()))
+        return await aran(f"klass:{pk}", pk)
+
+
+@method_decorator([locked("stacked:{pk}"), require_GET], name="dispatch")
+class StackedReportView(View):
+    def get(self, request: HttpRequest, pk: int) -> HttpResponse:
+        return ran(f"stacked:{pk}", pk)
+
+
+@method_decorator([locked("stacked:{pk}"), require_GET], name="dispatch")
+class AsyncStackedReportView(View):
+    async def get(self, request: HttpRequest, pk: int) -> HttpResponse:
+        return await aran(f"stacked:{pk}", pk)
 
 
 # The slug is the whole name: a URL can make it empty or too long.

@@ -1,4 +1,5 @@
-"""The unmanaged Lock model: no table, only its content type and permissions."""
+"""The unmanaged placeholder model (HeldLock, named Lock in Django): no table, only its
+content type and permissions."""
 
 from __future__ import annotations
 

@@ -1,0 +1,77 @@
+"""The HTTP side of @locked: a view's answers when it cannot run, and streaming responses.
+
+A view whose call makes an invalid lock name answers 400, a busy lock 423 (the BUSY_STATUS
+setting) with Retry-After, an unreachable Redis 503; each with a short body, JSON for clients
+that ask for it. A streaming response holds its lock until it is closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import threading
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
+
+
+def answer(request: HttpRequest, status: int, error: str, detail: str) -> HttpResponse:
+    """A short JSON body for clients that ask for JSON, plain text otherwise."""
+    accept = request.headers.get("Accept", "")
+    if "json" in accept and "html" not in accept:
+        return JsonResponse({"error": error, "detail": detail}, status=status)
+    return HttpResponse(detail + "\n", status=status, content_type="text/plain; charset=utf-8")
+
+
+def invalid_name(request: HttpRequest, error: ValueError) -> HttpResponse:
+    """400: the request's arguments make a lock name that is not usable."""
+    return answer(request, 400, "invalid", f"This request makes an invalid lock name: {error}")
+
+
+def busy(request: HttpRequest, status: int, ttl: float | None) -> HttpResponse:
+    """``status`` (423 unless configured) with Retry-After: the whole seconds left of the
+    holder's lease ``ttl`` (None when unknown), at least 1."""
+    retry_after = max(1, math.ceil(ttl or 0))
+    detail = f"This resource is busy; retry in {retry_after} s."
+    response = answer(request, status, "locked", detail)
+    response["Retry-After"] = str(retry_after)
+    return response
+
+
+def unavailable(request: HttpRequest) -> HttpResponse:
+    """503: Redis could not be reached."""
+    return answer(request, 503, "unavailable", "The lock service is unavailable; retry later.")
+
+
+def is_streaming(result: Any) -> bool:
+    """Whether ``result`` is a response whose content is produced after the view returned."""
+    return isinstance(result, HttpResponseBase) and result.streaming
+
+
+def release_on_close(response: HttpResponseBase, release: Callable[[], None]) -> None:
+    """Release when the server closes the response (after the last chunk, or a disconnect),
+    or when the response is dropped unclosed (a middleware replaced it, say); once."""
+    release_once = weakref.finalize(response, _release_off_the_loop, release)
+    close, response_ref = type(response).close, weakref.ref(response)
+
+    def close_and_release() -> None:
+        try:
+            current = response_ref()
+            if current is not None:
+                close(current)
+        finally:
+            release_once()
+
+    response.close = close_and_release  # type: ignore[method-assign]
+
+
+def _release_off_the_loop(release: Callable[[], None]) -> None:
+    """Run ``release``; from an event loop's thread (a finalizer may), in a thread of its own."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        release()
+    else:
+        threading.Thread(target=release, name="django_redis_lock-release", daemon=True).start()
