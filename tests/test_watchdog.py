@@ -130,9 +130,10 @@ def test_a_lock_taken_and_released_in_a_loop_rarely_wakes_the_watchdog() -> None
             pass
         thread.settle()  # it handles any wake-up call and sleeps again before the next hold
     looks_of_its_own = 1 + int(time.monotonic() - started)  # one a second at most
-    # Each hold is due after the thread's next look on its own: none needs a wake-up call. One
-    # is allowed, and each wake-up may cost a second sleep, for the GIL.
-    assert thread.sleeps() - before <= 2 * (1 + looks_of_its_own)
+    # Each hold is due after the thread's next look on its own: none needs a wake-up call. A
+    # wake-up per hold shows as 50 sleeps or more (about 130 measured); the thread's own looks
+    # and waits for the GIL, on a machine busy with other tests, as a few.
+    assert thread.sleeps() - before < 25 + 2 * looks_of_its_own
 
 
 @pytest.mark.slow
