@@ -27,13 +27,18 @@ from django_redis_lock.waiting import AsyncTicket, Listener, SyncTicket
 T = TypeVar("T")
 
 
+def unavailable(what: str, error: redis.RedisError) -> LockUnavailable:
+    """The LockUnavailable a Redis error becomes (raise it ``from`` the error)."""
+    return LockUnavailable(f"{what}: {error}")
+
+
 @contextmanager
 def redis_errors(what: str) -> Iterator[None]:
     """Turn a Redis error inside the block into LockUnavailable (the cause chained)."""
     try:
         yield
     except redis.RedisError as exc:
-        raise LockUnavailable(f"{what}: {exc}") from exc
+        raise unavailable(what, exc) from exc
 
 
 class _Run:
@@ -74,8 +79,10 @@ def drive(backend: LockBackend, flow: Flow[T], what: str) -> T:
             error = None
             try:
                 if type(step) is Call:
-                    with redis_errors(what):
-                        reply = backend.run(step.script, step.keys, step.args)
+                    try:
+                        reply = backend.run(*step)
+                    except redis.RedisError as exc:  # thrown into the flow, as any error
+                        raise unavailable(what, exc) from exc
                 elif type(step) is Wait:
                     assert ticket is not None, "a flow waits only after it listens"
                     reply = ticket.wait(step.seconds)
@@ -117,8 +124,10 @@ async def _steps(run: _Run, reply: Any, error: BaseException | None) -> Any:
         error = None
         try:
             if type(step) is Call:
-                with redis_errors(run.what):
-                    reply = await run.backend.arun(step.script, step.keys, step.args)
+                try:
+                    reply = await run.backend.arun(*step)
+                except redis.RedisError as exc:
+                    raise unavailable(run.what, exc) from exc
             elif type(step) is Wait:
                 assert ticket is not None, "a flow waits only after it listens"
                 reply = await ticket.wait(step.seconds)

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Generator, Sequence
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 T = TypeVar("T")
 #: The name of one of the lock's Lua scripts (see ``scripts.SOURCES``).
 ScriptName = str
 
 
-@dataclass(frozen=True, slots=True)
-class Call:
+# NamedTuples: a step is made on every call, and a frozen dataclass's __init__ costs more.
+class Call(NamedTuple):
     """Run a lock script; its reply comes back."""
 
     script: ScriptName
@@ -20,15 +19,13 @@ class Call:
     args: Sequence[Any]
 
 
-@dataclass(frozen=True, slots=True)
-class Listen:
+class Listen(NamedTuple):
     """Route grants for ``secret`` to this call from now on; None comes back."""
 
     secret: str
 
 
-@dataclass(frozen=True, slots=True)
-class Wait:
+class Wait(NamedTuple):
     """Wait at most ``seconds`` for a message for the listened secret (None: none came)."""
 
     seconds: float
