@@ -725,9 +725,10 @@ def main() -> None:
 NOTES = """Where the targets are missed or close, and why
 ----------------------------------------------
 
-*Uncontended, 1.10x of the raw floor.* 1.10x in the published run (1.42x before the work
-below). Interleaved A/B runs in one process measure 1.09x to 1.11x: the target is met at its
-edge, not with margin, and a noisier run may print 1.11x. The floor stores a random token;
+*Uncontended, 1.10x of the raw floor.* See the table above for this run (1.42x before the work
+below). Runs of the same code on this machine differ by a few percent (1.01x to 1.11x over a
+day's runs, with redis-py's Lock moving as much), so the target is met, without a wide
+margin. The floor stores a random token;
 django_redis_lock stores what DESIGN.md asks every held lock to carry: the holder's secret, a
 fencing token from the server's clock, the owner, the label and the start time. The "metadata
 floor" row is the raw floor plus exactly that and nothing else. Where the rest goes, measured
@@ -758,21 +759,23 @@ on this machine:
   project configures for its cache and which the lock must honour; a lock that behaves
   differently from its cache on a failover is not worth those 30 µs.
 
-*Handoff gap, 1.5 round trips.* 1.82 in the published run (2.67 before the fixes below;
-python-redis-lock, which the target was set against, measures 2.48 in the same run). The gap
-counts from the holder calling ``release()`` to the waiting process's ``acquire()`` returning.
-It cannot reach 1.5 round trips on this machine with a hand-over made atomically in Redis:
+*Handoff gap, 1.5 round trips.* See the table above for this run, beside python-redis-lock,
+which the target was set against (the gap was 2.67 round trips before the fixes below, when
+python-redis-lock measured 2.48). The gap counts from the holder calling ``release()`` to the
+waiting process's ``acquire()`` returning. It cannot reach 1.5 round trips on this machine
+with a hand-over made atomically in Redis:
 
-- The wake-up floor above (1.3 to 1.4 round trips) is what any hand-over through Redis costs
-  at the least: a ``PUBLISH`` reaching another, idle process. Waking a sleeping process here
-  (a guest of a virtual machine, on 2 cores) costs as much as the network path.
+- The wake-up floor above is what any hand-over through Redis costs at the least: a
+  ``PUBLISH`` reaching another, idle process. Waking a sleeping process here (a guest of a
+  virtual machine, on 2 cores) costs as much as the network path or more: the floor has
+  measured from 1.3 round trips (when a PING took about 150 µs) to 2 (when it took 60 µs),
+  while staying near 125 µs.
 - Redis delivers the grant only when the release script ends, and the script that hands the
-  lock over (it reads the queue, writes the new holder, publishes) takes 45 to 50 µs in Redis
-  here (``SLOWLOG`` with a threshold of 0), another 0.3 round trips. Floor plus script is
-  already 1.6 to 1.7; a script twice as fast would still leave nothing of the 1.5 for the
-  waiting process to wake up in.
-- What is left beyond that, about 0.2 round trips: the waiting process's listener thread
-  wakes the waiting thread (about 35 µs under this load), and the new hold is recorded.
+  lock over (it reads the queue, writes the new holder, publishes) takes tens of µs in Redis
+  (45 to 50 µs measured with ``SLOWLOG`` at a threshold of 0, on a slower day). The floor
+  alone is already at or above 1.5 round trips.
+- What is left beyond that: the waiting process's listener thread wakes the waiting thread
+  (about 35 µs under this load), and the new hold is recorded.
   Letting the waiting thread read the channel itself when it is its process's only waiter
   would save that thread wake-up; it would not bring the gap under the floor plus the script.
 - Fixed on the way: a hand-over woke a third process (the waiter behind, told when the new
