@@ -340,6 +340,11 @@ class LockBackend:
                 client = self._async[loop] = _async_client_for(self.client)
         return client
 
+    def primaries(self) -> list[redis.Redis]:
+        """The servers whose keys a listing reads with SCAN: the one primary of a single
+        server or a Sentinel service (a cluster backend would give each of its primaries)."""
+        return [self.client]
+
     def pubsub_connection(self, read_timeout: float) -> Any:
         """A connection of its own to the primary, configured like the cache's (address,
         auth, TLS, Sentinel) but outside its pool, reading with ``read_timeout``."""

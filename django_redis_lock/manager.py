@@ -193,11 +193,12 @@ class LockManager:
         match = self._backend.scan_pattern(validate_pattern(pattern))
         batch: KeyBatch = []
         with redis_errors("Could not list locks"):
-            for key in self._backend.client.scan_iter(match=match, count=BATCH_SIZE):
-                batch.append(key)
-                if len(batch) == BATCH_SIZE:
-                    yield self._fetch_keys(batch)
-                    batch = []
+            for client in self._backend.primaries():
+                for key in client.scan_iter(match=match, count=BATCH_SIZE):
+                    batch.append(key)
+                    if len(batch) == BATCH_SIZE:
+                        yield self._fetch_keys(batch)
+                        batch = []
         if batch:
             yield self._fetch_keys(batch)
 

@@ -32,6 +32,12 @@ _held: dict[str, Lock] = {}
 _held_guard = threading.Lock()
 
 
+def forget_held_locks() -> None:
+    """Forget the Lock objects this process took (the tests start each from none)."""
+    with _held_guard:
+        _held.clear()
+
+
 class AcquireForm(forms.Form):
     """What the "Take a lock" form posts."""
 

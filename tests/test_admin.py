@@ -22,7 +22,7 @@ from django_redis_lock import models as placeholder
 from django_redis_lock.admin import LIST_TEXT_LIMIT, form_value
 from testproject.redis_server import RedisServerGroup
 from testproject.settings import build_caches
-from tests.helpers import commandstats, forge, hold, wait_until
+from tests.helpers import commandstats, forge, hold, keys, wait_until
 
 CHANGELIST = "/admin/django_redis_lock/lock/"
 pytestmark = pytest.mark.django_db
@@ -124,8 +124,8 @@ def test_search_escapes_fragments_and_finds_exact_names(admin_client: Client) ->
 def test_a_lock_that_lost_its_expiry_is_shown_and_releasable(
     admin_client: Client, redis_client: redis.Redis
 ) -> None:
-    [held] = hold("forever")
-    redis_client.persist(held._keys.lock)
+    hold("forever")
+    redis_client.persist(keys("forever").lock)
     assert "no expiry" in admin_client.get(CHANGELIST).content.decode()
     info = get_lock_manager().get("forever")
     assert info is not None
@@ -136,10 +136,10 @@ def test_a_lock_that_lost_its_expiry_is_shown_and_releasable(
 def test_keys_that_are_not_locks_do_not_break_the_page(
     admin_client: Client, redis_client: redis.Redis
 ) -> None:
-    [held] = hold("fine")
-    broken = held._keys.lock.replace(":l:fine", ":l:broken")
+    hold("fine")
+    broken = keys("fine").lock.replace(":l:fine", ":l:broken")
     redis_client.set(broken, "not a hash")
-    damaged = held._keys.lock.replace(":l:fine", ":l:damaged")
+    damaged = keys("fine").lock.replace(":l:fine", ":l:damaged")
     redis_client.hset(damaged, mapping={"s": "x", "t": "not-a-number", "a": "1"})
     response = admin_client.get(CHANGELIST)
     assert response.status_code == 200
@@ -273,7 +273,7 @@ def test_release_wakes_a_waiter(admin_client: Client, redis_client: redis.Redis)
         target=lambda: results.append(lock("queue", blocking_timeout=10).acquire())
     )
     waiter.start()
-    wait_until(lambda: redis_client.zcard(held._keys.queue) == 1)  # it waits in the queue
+    wait_until(lambda: redis_client.zcard(keys("queue").queue) == 1)  # it waits in the queue
     selection = [form_value("queue", held.fencing_token)]
     done = admin_client.post(
         CHANGELIST,

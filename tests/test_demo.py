@@ -19,7 +19,7 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture(autouse=True)
 def _forget_demo_locks() -> Iterator[None]:
     yield
-    views._held.clear()
+    views.forget_held_locks()
 
 
 def _messages(response: object) -> list[str]:
