@@ -28,6 +28,7 @@ from redis.sentinel import SentinelConnectionPool, SentinelManagedConnection
 
 from django_redis_lock import scripts
 from django_redis_lock.conf import lock_settings
+from django_redis_lock.steps import ScriptName
 
 # Marks where a lock name sits in a key built by the cache's key function.
 _NAME_MARK = "\x00name\x00"
@@ -145,9 +146,6 @@ class LuaScript:
             return await client.execute_command(*command)  # type: ignore[no-untyped-call]
         except NoScriptError:
             return await client.execute_command("EVAL", self.source, *command[2:])  # type: ignore[no-untyped-call]
-
-
-ScriptName = str
 
 
 def _is_django_redis(cache: BaseCache) -> bool:

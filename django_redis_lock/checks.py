@@ -140,7 +140,7 @@ def _check_cache(alias: object) -> list[CheckMessage]:
                     id="django_redis_lock.E004",
                 )
             ]
-    return _check_socket_timeout(alias, config) + _check_key_function(alias)
+    return _check_socket_timeout(alias, config) + _check_backend(alias)
 
 
 def _check_socket_timeout(alias: str, config: dict[str, Any]) -> list[CheckMessage]:
@@ -159,7 +159,7 @@ def _check_socket_timeout(alias: str, config: dict[str, Any]) -> list[CheckMessa
     ]
 
 
-def _check_key_function(alias: str) -> list[CheckMessage]:
+def _check_backend(alias: str) -> list[CheckMessage]:
     from django_redis_lock.backends import async_options
     from django_redis_lock.runtime import runtime
 

@@ -82,7 +82,7 @@ def drive(backend: LockBackend, flow: Flow[T], what: str) -> T:
                     try:
                         reply = backend.run(*step)
                     except redis.RedisError as exc:  # thrown into the flow, as any error
-                        raise unavailable(what, exc) from exc
+                        raise unavailable(f"Redis failed for lock {what!r}", exc) from exc
                 elif type(step) is Wait:
                     assert ticket is not None, "a flow waits only after it listens"
                     reply = ticket.wait(step.seconds)
@@ -127,7 +127,7 @@ async def _steps(run: _Run, reply: Any, error: BaseException | None) -> Any:
                 try:
                     reply = await run.backend.arun(*step)
                 except redis.RedisError as exc:
-                    raise unavailable(run.what, exc) from exc
+                    raise unavailable(f"Redis failed for lock {run.what!r}", exc) from exc
             elif type(step) is Wait:
                 assert ticket is not None, "a flow waits only after it listens"
                 reply = await ticket.wait(step.seconds)

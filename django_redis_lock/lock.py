@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import os
 import time
 import weakref
@@ -165,7 +166,8 @@ class Lock:
         return await adrive(self._backend, self._owned(), self.name)
 
     def ttl(self) -> float | None:
-        """Seconds left of the lease, or None when nobody holds the lock."""
+        """Seconds left of the lease, or None when nobody holds the lock (``math.inf`` for a
+        held lock whose key lost its expiry, as :class:`LockInfo` shows it)."""
         return drive(self._backend, self._ttl(), self.name)
 
     async def attl(self) -> float | None:
@@ -199,7 +201,8 @@ class Lock:
                 return self._reenter()
         secret = _new_secret()
         args = [secret, self._timeout_ms, owner, self.label or ""]
-        channel = runtime().listener(self._backend).channel
+        # Where grants for this process arrive: only a waiter queues, and needs one.
+        channel = runtime().listener(self._backend).channel if wait else ""
         try:
             acquired = yield from waiting.attempts(
                 self._keys, args, channel, wait, limit, self._busy
@@ -265,10 +268,10 @@ class Lock:
         handover_lease_ms = self._backend.handover_lease_ms
         confirm = acquired.handed_over and self._timeout_ms > handover_lease_ms
         if self._auto_renew or confirm:
-            lease_ms = min(self._timeout_ms, handover_lease_ms) if confirm else self._timeout_ms
+            lease_ms = handover_lease_ms if confirm else self._timeout_ms
             self._hold = Hold(
                 self.name,
-                weakref.WeakMethod(self._lose),
+                weakref.WeakMethod(self._lost_by_watchdog),
                 self._backend,
                 self._keys,
                 secret,
@@ -292,8 +295,13 @@ class Lock:
         if self.lost:
             self._forget()
             raise LockNotOwned(f"The lock {self.name!r} was lost before this release.")
-        args = [secret, lock_settings.tombstone_ms]
-        released = yield Call("release", self._keys.all, args)  # 3: a retry of this release
+        args: list[Any] = [secret, lock_settings.tombstone_ms]
+        try:
+            released = yield Call("release", self._keys.all, args)  # 3: a retry of this release
+        except BaseException:  # it may not have run: the watchdog runs it again once Redis is
+            # back (a retry by this object then finds the lock released by it, quietly)
+            runtime().watchdog.settle(Leave(self._backend, self._keys, args, "release"))
+            raise
         token = self.fencing_token
         self._forget()
         if not released:
@@ -346,7 +354,9 @@ class Lock:
 
     def _ttl(self) -> Flow[float | None]:
         holder, left = yield from self._reading()
-        return left / 1000 if holder and left >= 0 else None
+        if not holder:
+            return None
+        return math.inf if left == -1 else max(left, 0) / 1000  # -1: the key lost its expiry
 
     def _owned_secret(self) -> str:
         if self._secret is None:
@@ -354,18 +364,19 @@ class Lock:
         return self._secret
 
     def _stop_renewing(self) -> None:
-        if self._hold is not None:
-            runtime().watchdog.remove(self._hold)
-            self._hold = None
+        hold, self._hold = self._hold, None  # the watchdog's thread may be here at once
+        if hold is not None:
+            runtime().watchdog.remove(hold)
 
     def _forget(self) -> None:
         self._stop_renewing()
         self._secret, self._depth, self.fencing_token = None, 0, None
 
     def _lose(self, token: int | None = None) -> None:
-        """Record that the hold was taken away: lost, no more renewals, a warning, lock_lost.
-
-        The watchdog calls it from its thread (it holds a weak reference to this method)."""
+        """Record that the hold was taken away: lost, no more renewals, a warning, lock_lost;
+        once per hold, whoever finds it first."""
+        if self.lost:
+            return
         token = self.fencing_token if token is None else token
         self.lost = True
         self._stop_renewing()
@@ -375,6 +386,12 @@ class Lock:
             token,
         )
         signals.send(signals.lock_lost, self, token)
+
+    def _lost_by_watchdog(self, secret: str) -> None:
+        """The watchdog found the hold of ``secret`` gone (from its thread): a loss, unless
+        this object released that hold, or took another, meanwhile."""
+        if secret == self._secret:
+            self._lose()
 
     # -- context managers ----------------------------------------------------------------------
 

@@ -167,7 +167,8 @@ class LockManager:
         Reads only as much of the keyspace as the page needs, so the first page of a million
         locks costs what the first page of ten does. Pages hold about ``size`` locks (SCAN
         gives no exact counts), fewer when a sparse match ends a page early;
-        ``next_cursor`` is 0 on the last page. Skips what :meth:`list` skips.
+        ``next_cursor`` is 0 on the last page. Skips what :meth:`list` skips. The cursor is
+        one server's SCAN cursor (a backend of several primaries would need another).
         """
         match = self._backend.scan_pattern(validate_pattern(pattern))
         cursor = validate_cursor(cursor)

@@ -33,9 +33,6 @@ while the tombstone lives, and past it as long as the Redis server's clock does 
 
 from __future__ import annotations
 
-#: The lease of a lock handed to a waiter, until its process confirms the full TTL: the
-#: default of REDIS_LOCK["HANDOVER_LEASE"], which :func:`with_lease` builds into the scripts.
-HANDOVER_LEASE_MS = 5000
 # Waiters behind the first look again after this part of the hand-over lease, so that the
 # one that becomes first after a hand-over looks at the new lease in time by itself.
 _NEXT_WAITER_SLICE = 0.8

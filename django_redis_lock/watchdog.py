@@ -10,12 +10,14 @@ The thread starts with the first auto-renewed hold and then looks at its holds a
 a second (a few microseconds each time), so that the common hold, first due seconds later, is
 registered and released without a lock or a wake-up call on the acquiring thread.
 
-It also settles acquire attempts whose caller never learned the outcome (Redis stalled past
-the socket timeout, or the reply was lost): Redis may still run such an attempt when it
-resumes and grant the lock to a secret nobody holds. The watchdog sends LEAVE for that secret
-until Redis answers, so such a grant ends as soon as Redis is back, not when its lease does.
-Redis runs a stalled connection's commands before those of a connection that reaches it later,
-so the LEAVE comes after the attempt it settles.
+It also settles acquire attempts and releases whose caller never learned the outcome (Redis
+stalled past the socket timeout, or the reply was lost): Redis may still run such an attempt
+when it resumes and grant the lock to a secret nobody holds, and a release that did not run
+leaves the lock held with nobody renewing it. The watchdog sends LEAVE (or the RELEASE again)
+until Redis answers, so such a hold ends as soon as Redis is back, not when its lease does.
+A stalled Redis, once it resumes, runs the commands already waiting in its sockets before
+those of a connection made later; where that order does not hold (a network that delivers
+the first command last), the grant lives no longer than its lease.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ import threading
 import time
 import weakref
 from typing import TYPE_CHECKING
+
+import redis
 
 from django_redis_lock.backends import LockBackend, LockKeys
 
@@ -68,7 +72,7 @@ class Hold:
     def __init__(
         self,
         name: str,
-        lose: weakref.WeakMethod[Callable[[], None]],
+        lose: weakref.WeakMethod[Callable[[str], None]],
         backend: LockBackend,
         keys: LockKeys,
         secret: str,
@@ -107,14 +111,18 @@ class Hold:
 
 
 class Leave:
-    """An acquire attempt to settle: free what it may have got, or take it out of the queue."""
+    """A call whose outcome its caller never learned, to settle: an acquire attempt (LEAVE:
+    free what it may have got, or take it out of the queue) or a release (RELEASE again)."""
 
-    __slots__ = ("args", "backend", "delay", "give_up", "keys", "watched")
+    __slots__ = ("args", "backend", "delay", "give_up", "keys", "script", "watched")
 
-    def __init__(self, backend: LockBackend, keys: LockKeys, args: list[object]) -> None:
+    def __init__(
+        self, backend: LockBackend, keys: LockKeys, args: list[object], script: str = "leave"
+    ) -> None:
         self.backend = backend
         self.keys = keys
-        self.args = args  # the LEAVE script's: secret, tombstone ms
+        self.args = args  # the script's: secret, tombstone ms
+        self.script = script
         self.give_up = time.monotonic() + LEAVE_GIVE_UP_SECONDS
         self.delay = _MIN_RETRY_SECONDS
         self.watched = True
@@ -142,7 +150,9 @@ class Watchdog:
         self._ticking = False
         # When the thread wakes next on its own; a hold due earlier needs a wake-up call.
         self._wakes_at = float("inf")
-        self._leaves = 0  # attempts scheduled to be settled
+        self._leaves = 0  # calls scheduled to be settled
+        # Until when each Redis counts as away: settling waits instead of trying every call.
+        self._away: dict[LockBackend, float] = {}
 
     def add(self, hold: Hold) -> None:
         """Start renewing ``hold``, first at a third of the lease it starts with."""
@@ -262,16 +272,26 @@ class Watchdog:
                 self._schedule(hold, now + delay)
 
     def _leave(self, leave: Leave) -> None:
+        now = time.monotonic()
+        away_until = self._away.get(leave.backend, 0.0)
+        if now < away_until < leave.give_up:  # a try on this Redis just failed: wait with it
+            with self._cond:
+                self._schedule(leave, away_until)
+            return
         try:
-            leave.backend.run("leave", leave.keys.all, leave.args)
+            leave.backend.run(leave.script, leave.keys.all, leave.args)
+        except redis.ResponseError as exc:  # Redis answered: there is nothing to wait for
+            logger.warning("Could not settle an interrupted lock call: %s", exc)
         except Exception as exc:  # Redis still away (or another client library's error)
-            now = time.monotonic()
             if now < leave.give_up:
                 leave.delay = min(leave.delay * 2, _MAX_LEAVE_RETRY_SECONDS)
+                self._away[leave.backend] = now + leave.delay  # one try per Redis meanwhile
                 with self._cond:
                     self._schedule(leave, now + leave.delay)
                 return
-            logger.warning("Gave up settling an interrupted lock attempt: %s", exc)
+            logger.warning("Gave up settling an interrupted lock call: %s", exc)
+        else:
+            self._away.pop(leave.backend, None)
         with self._cond:
             self._leaves -= 1
 
@@ -282,4 +302,4 @@ class Watchdog:
             hold.watched = False
         lose = hold.lose()  # called outside the lock: it sends lock_lost
         if lose is not None:
-            lose()
+            lose(hold.secret)

@@ -521,3 +521,12 @@ def test_a_second_acquire_of_a_lock_without_expiry_changes_nothing(
         driver.acquire(held, blocking=False)  # still held: the question changed nothing
     assert redis_client.pttl(key) == -1
     driver.release(held)
+
+
+def test_ttl_of_a_held_lock_without_expiry_is_infinite(redis_client: redis.Redis) -> None:
+    held = lock("no-expiry", auto_renew=False)
+    held.acquire()
+    redis_client.persist(keys("no-expiry").lock)  # by hand: the key lost its expiry
+    assert held.ttl() == math.inf
+    held.release()
+    assert held.ttl() is None

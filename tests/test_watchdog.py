@@ -266,3 +266,28 @@ def test_an_attempt_redis_runs_after_its_caller_gave_up_is_given_back(
         assert time.monotonic() - resumed < 3
         assert not attempt.owned()
         other.release()
+
+
+def test_a_release_redis_could_not_answer_is_finished_once_redis_is_back(
+    redis_server: RedisServer, redis_url: str, redis_client: redis.Redis
+) -> None:
+    with builtin_cache_with(redis_url, socket_timeout=0.5) as alias:
+        warm = lock("unfinished", using=alias)  # the pool has a connection
+        warm.acquire()
+        warm.release()
+        held = lock("unfinished", using=alias, timeout=30, auto_renew=False)
+        held.acquire()
+        # The release needs a new connection, whose handshake times out: it is never sent.
+        redis_client.client_kill_filter(_type="normal", skipme=True)
+        redis_server.pause()
+        try:
+            with pytest.raises(LockUnavailable):
+                held.release()
+        finally:
+            redis_server.resume()
+        anyone = lock("unfinished", using=alias)
+        wait_until(lambda: not anyone.locked(), timeout=3)  # released, not after 30 s
+        held.release()  # a retry by the holder: its own hold, released already, quietly
+        assert not held.lost
+        assert anyone.acquire(blocking=False)
+        anyone.release()
