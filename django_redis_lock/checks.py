@@ -166,7 +166,7 @@ def _check_backend(alias: str) -> list[CheckMessage]:
     try:
         backend = runtime().backend(alias)
     except Exception as exc:  # building the cache failed: say so instead of crashing checks
-        return [Error(f"The cache {alias!r} cannot be used: {exc}", id="django_redis_lock.E004")]
+        return [Error(f"The cache {alias!r} cannot be used: {exc}", id="django_redis_lock.E010")]
     warnings: list[CheckMessage] = []
     if not backend.listable:
         warnings.append(

@@ -27,7 +27,6 @@ from django_redis_lock.conf import lock_settings
 from django_redis_lock.exceptions import LockBusy, LockError, LockUnavailable
 from django_redis_lock.integrations import celery_task_id, request_in
 from django_redis_lock.lock import Lock
-from django_redis_lock.manager import get_lock_manager
 from django_redis_lock.naming import InvalidName, NameSpec, Naming
 from django_redis_lock.validation import MAX_LABEL_LENGTH, shorten
 
@@ -134,8 +133,9 @@ class Call:
 
     def _lock(self, name: str) -> Lock:
         options = self.spec.options
-        return get_lock_manager(options.using).lock(
+        return Lock(  # `using` was checked when the callable was decorated
             name,
+            using=options.using,
             timeout=options.timeout,
             blocking_timeout=options.blocking_timeout,
             auto_renew=options.auto_renew,
