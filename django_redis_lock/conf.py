@@ -6,7 +6,7 @@ from typing import Any, Generic, TypeVar
 
 from django.conf import settings
 
-from django_redis_lock.validation import handover_lease_ms, seconds_to_ms
+from django_redis_lock.validation import handover_lease_ms, seconds_to_ms, validate_flag
 
 T = TypeVar("T")
 
@@ -46,12 +46,16 @@ class LockSettings:
         self._configured: dict[str, Any] | None = None
         self._tombstone_ms: int | None = None
         self._handover_lease_ms: int | None = None
+        self._timeout_ms: int | None = None
+        self._auto_renew: bool | None = None
 
     def forget(self) -> None:
         """Read ``settings.REDIS_LOCK`` again on next use."""
         self._configured = None
         self._tombstone_ms = None
         self._handover_lease_ms = None
+        self._timeout_ms = None
+        self._auto_renew = None
 
     def get(self, key: str) -> Any:
         """The configured value of ``key``, else its default."""
@@ -93,6 +97,20 @@ class LockSettings:
         if self._handover_lease_ms is None:
             self._handover_lease_ms = handover_lease_ms(self.HANDOVER_LEASE)
         return self._handover_lease_ms
+
+    @property
+    def timeout_ms(self) -> int:
+        """TIMEOUT in milliseconds, checked once (a ValueError naming the setting)."""
+        if self._timeout_ms is None:
+            self._timeout_ms = seconds_to_ms(self.TIMEOUT, "REDIS_LOCK['TIMEOUT']")
+        return self._timeout_ms
+
+    @property
+    def auto_renew(self) -> bool:
+        """AUTO_RENEW, checked once (a TypeError naming the setting)."""
+        if self._auto_renew is None:
+            self._auto_renew = validate_flag(self.AUTO_RENEW, "REDIS_LOCK['AUTO_RENEW']")
+        return self._auto_renew
 
 
 lock_settings = LockSettings()

@@ -12,7 +12,6 @@ public methods hand it to the sync or the async driver, and only the drivers tal
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import math
 import os
@@ -25,6 +24,7 @@ from django_redis_lock.conf import lock_settings
 from django_redis_lock.drivers import adrive, drive
 from django_redis_lock.exceptions import LockBusy, LockError, LockNotOwned, LockUnavailable
 from django_redis_lock.runtime import runtime
+from django_redis_lock.scripts import decode_read
 from django_redis_lock.steps import Call, Flow
 from django_redis_lock.validation import (
     refuse_contradiction,
@@ -34,6 +34,7 @@ from django_redis_lock.validation import (
     validate_label,
     validate_name,
     validate_using,
+    wait_options,
 )
 from django_redis_lock.watchdog import Hold, Leave
 
@@ -68,15 +69,14 @@ class Lock:
         using: str | None = None,
     ) -> None:
         self.name = validate_name(name)
-        self._timeout_ms = seconds_to_ms(
-            lock_settings.TIMEOUT if timeout is None else timeout,
-            "timeout" if timeout is not None else "REDIS_LOCK['TIMEOUT']",
+        self._timeout_ms = (
+            lock_settings.timeout_ms if timeout is None else seconds_to_ms(timeout, "timeout")
         )
         self._blocking = validate_flag(blocking, "blocking")
         self._blocking_timeout = validate_blocking_timeout(blocking_timeout)
         refuse_contradiction(self._blocking, self._blocking_timeout)
         self._auto_renew = (
-            validate_flag(lock_settings.AUTO_RENEW, "REDIS_LOCK['AUTO_RENEW']")
+            lock_settings.auto_renew
             if auto_renew is None
             else validate_flag(auto_renew, "auto_renew")
         )
@@ -107,7 +107,9 @@ class Lock:
 
     def acquire(self, blocking: bool | None = None, blocking_timeout: float | None = None) -> bool:
         """Take the lock; wait for it unless ``blocking`` is False; True when taken."""
-        wait, limit = self._wait_options(blocking, blocking_timeout)
+        wait, limit = wait_options(
+            blocking, blocking_timeout, self._blocking, self._blocking_timeout
+        )
         if wait and limit != 0 and asyncio._get_running_loop() is not None:
             raise RuntimeError(
                 f"Lock.acquire() of {self.name!r} would block the running event loop while it "
@@ -120,7 +122,9 @@ class Lock:
         self, blocking: bool | None = None, blocking_timeout: float | None = None
     ) -> bool:
         """:meth:`acquire` for async code: waiting never blocks the event loop."""
-        wait, limit = self._wait_options(blocking, blocking_timeout)
+        wait, limit = wait_options(
+            blocking, blocking_timeout, self._blocking, self._blocking_timeout
+        )
         owner = runtime().task_owner()
         return await adrive(self._backend, self._acquiring(wait, limit, owner), self.name)
 
@@ -175,19 +179,6 @@ class Lock:
         return await adrive(self._backend, self._ttl(), self.name)
 
     # -- acquire ---------------------------------------------------------------------------
-
-    def _wait_options(
-        self, blocking: bool | None, blocking_timeout: float | None
-    ) -> tuple[bool, float | None]:
-        """Whether to wait, and for how long at most, from acquire()'s arguments and lock()'s."""
-        if blocking is None and blocking_timeout is None:
-            return self._blocking, self._blocking_timeout
-        wait = self._blocking if blocking is None else validate_flag(blocking, "blocking")
-        if blocking_timeout is None:
-            return wait, self._blocking_timeout
-        limit = validate_blocking_timeout(blocking_timeout)
-        refuse_contradiction(wait, limit)
-        return wait, limit
 
     def _acquiring(self, wait: bool, limit: float | None, owner: str) -> Flow[bool]:
         """A second acquire asks Redis whether the hold stands; then take the lock afresh.
@@ -335,8 +326,7 @@ class Lock:
 
     def _reading(self) -> Flow[tuple[Any, int]]:
         """The holder's secret (False: none) and the lease left in ms, as Redis has them."""
-        raw = yield Call("read", (self._keys.lock,), ())
-        values = json.loads(raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw)
+        values = decode_read((yield Call("read", (self._keys.lock,), ())))
         return values[0], values[5]
 
     def _locked(self) -> Flow[bool]:

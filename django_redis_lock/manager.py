@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime
-import json
 import logging
 import math
 import re
@@ -17,6 +16,7 @@ from django_redis_lock.conf import lock_settings
 from django_redis_lock.drivers import redis_errors
 from django_redis_lock.lock import Lock
 from django_redis_lock.runtime import runtime
+from django_redis_lock.scripts import decode_read
 from django_redis_lock.validation import (
     validate_cursor,
     validate_name,
@@ -221,7 +221,7 @@ class LockManager:
         """The held locks among ``keys`` (named ``names``; None: a key no lock reaches) in one
         round trip, and how many held ones cannot be shown truthfully."""
         with redis_errors("Could not read locks"):  # bytes keys (not UTF-8) go out as they are
-            values = json.loads(_text(self._backend.run("read", keys, ())))
+            values = decode_read(self._backend.run("read", keys, ()))
         found: InfoList = []
         skipped = 0
         for i, name in enumerate(names):

@@ -33,6 +33,9 @@ while the tombstone lives, and past it as long as the Redis server's clock does 
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 # Waiters behind the first look again after this part of the hand-over lease, so that the
 # one that becomes first after a hand-over looks at the new lease in time by itself.
 _NEXT_WAITER_SLICE = 0.8
@@ -300,6 +303,14 @@ for i, key in ipairs(KEYS) do
 end
 return cjson.encode(out)
 """
+
+
+def decode_read(raw: bytes | str) -> list[Any]:
+    """READ's reply as a list, six values per key (bytes that are not UTF-8 replaced)."""
+    values: list[Any] = json.loads(
+        raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+    )
+    return values
 
 
 #: The scripts by name, with the hand-over lease still to be built in (see with_lease).

@@ -105,6 +105,21 @@ def refuse_contradiction(wait: bool, limit: float | None) -> None:
         )
 
 
+def wait_options(
+    blocking: object, blocking_timeout: object, default_wait: bool, default_limit: float | None
+) -> tuple[bool, float | None]:
+    """Whether to wait, and for how long at most, from acquire()'s arguments (None: the
+    Lock's own, ``default_wait`` and ``default_limit``)."""
+    if blocking is None and blocking_timeout is None:
+        return default_wait, default_limit
+    wait = default_wait if blocking is None else validate_flag(blocking, "blocking")
+    if blocking_timeout is None:
+        return wait, default_limit
+    limit = validate_blocking_timeout(blocking_timeout)
+    refuse_contradiction(wait, limit)
+    return wait, limit
+
+
 def validate_flag(value: object, what: str) -> bool:
     """``value`` if it is True or False."""
     if not isinstance(value, bool):
