@@ -28,6 +28,7 @@ from redis.sentinel import SentinelConnectionPool, SentinelManagedConnection
 
 from django_redis_lock import scripts
 from django_redis_lock.conf import lock_settings
+from django_redis_lock.exceptions import LockNotReplicated
 from django_redis_lock.steps import ScriptName
 
 # Marks where a lock name sits in a key built by the cache's key function.
@@ -246,6 +247,9 @@ class LockBackend:
             name: LuaScript(scripts.with_lease(source, self.handover_lease_ms))
             for name, source in scripts.SOURCES.items()
         }
+        #: Replicas that must acknowledge a grant (REDIS_LOCK["WAIT_REPLICAS"]; 0: no WAIT),
+        #: and how long WAIT may take for them, in milliseconds.
+        self.wait_replicas, self.wait_timeout_ms = lock_settings.replication()
         self._async: dict[asyncio.AbstractEventLoop, redis.asyncio.Redis] = {}
         self._async_mutex = threading.Lock()
         self.keys_for = lru_cache(maxsize=4096)(self._keys_for)
@@ -312,6 +316,61 @@ class LockBackend:
     ) -> Any:
         """Run one of the lock's scripts on the running event loop's client; its reply."""
         return await self._scripts[script].arun(self.async_client(), keys, args)
+
+    def run_acked(
+        self, script: ScriptName, keys: Sequence[str | bytes], args: Sequence[Any]
+    ) -> Any:
+        """:meth:`run` followed by ``WAIT`` for :attr:`wait_replicas`, in one round trip; its
+        reply, or LockNotReplicated when fewer replicas acknowledged in time."""
+        results: list[Any] = []
+        for command in self._acked_commands(script, keys, args):
+            pipe = self.client.pipeline(transaction=False)
+            for part in command:
+                pipe.execute_command(*part)  # type: ignore[no-untyped-call]
+            results = pipe.execute(raise_on_error=False)
+            if not isinstance(results[0], NoScriptError):
+                break
+        return self._acknowledged(script, results)
+
+    async def arun_acked(
+        self, script: ScriptName, keys: Sequence[str | bytes], args: Sequence[Any]
+    ) -> Any:
+        """:meth:`run_acked` for async code."""
+        results: list[Any] = []
+        for command in self._acked_commands(script, keys, args):
+            pipe = self.async_client().pipeline(transaction=False)
+            for part in command:
+                pipe.execute_command(*part)
+            results = await pipe.execute(raise_on_error=False)
+            if not isinstance(results[0], NoScriptError):
+                break
+        return self._acknowledged(script, results)
+
+    def _acked_commands(
+        self, script: ScriptName, keys: Sequence[str | bytes], args: Sequence[Any]
+    ) -> list[tuple[tuple[Any, ...], ...]]:
+        """The pipelines to try in turn: the script by its SHA, then (unknown) by its source."""
+        lua, wait = self._scripts[script], ("WAIT", self.wait_replicas, self.wait_timeout_ms)
+        return [
+            (("EVALSHA", lua.sha, len(keys), *keys, *args), wait),
+            (("EVAL", lua.source, len(keys), *keys, *args), wait),
+        ]
+
+    def _acknowledged(self, script: ScriptName, results: list[Any]) -> Any:
+        reply, acknowledged = results
+        for result in results:
+            if isinstance(result, Exception):
+                raise result
+        if int(acknowledged) < self.wait_replicas:
+            raise LockNotReplicated(
+                f"{acknowledged} of the {self.wait_replicas} replicas REDIS_LOCK['WAIT_REPLICAS'] "
+                f"asks for acknowledged the lock's {script} within "
+                f"{self.wait_timeout_ms / 1000:g} s (REDIS_LOCK['WAIT_TIMEOUT'])",
+                int(acknowledged),
+                self.wait_replicas,
+                reply,
+            )
+        return reply
 
     def queue(
         self, pipe: Any, script: ScriptName, keys: Sequence[str], args: Sequence[Any]

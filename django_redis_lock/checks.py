@@ -9,9 +9,19 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
+from redis.sentinel import SentinelConnectionPool
 
+from django_redis_lock.backends import LockBackend
 from django_redis_lock.conf import DEFAULTS
-from django_redis_lock.validation import handover_lease_ms, seconds_to_ms, validate_flag
+from django_redis_lock.validation import (
+    handover_lease_ms,
+    seconds_to_ms,
+    validate_flag,
+    wait_replicas,
+)
+
+# How long the replica check waits for the primary's answer at startup.
+_PROBE_SECONDS = 0.5
 
 _SUPPORTED_BACKENDS = (
     "django_redis.cache.RedisCache",
@@ -43,8 +53,21 @@ def check_settings(**kwargs: Any) -> list[CheckMessage]:
         for key in sorted(set(configured) - set(DEFAULTS))
     ]
     errors += _check_values(options)
-    errors += _check_cache(options["CACHE"])
+    replication = _check_replication(options)
+    # A backend cannot be built with unusable WAIT settings: their error says it all.
+    errors += replication or _check_cache(options["CACHE"])
     return errors
+
+
+def _check_replication(options: dict[str, Any]) -> list[CheckMessage]:
+    refusal = _refusal(lambda value, what: wait_replicas(value), options["WAIT_REPLICAS"], "")
+    refusal = refusal or _refusal(
+        seconds_to_ms, options["WAIT_TIMEOUT"], "REDIS_LOCK['WAIT_TIMEOUT']"
+    )
+    if not refusal:
+        return []
+    hint = "WAIT_REPLICAS replicas must acknowledge a grant within WAIT_TIMEOUT seconds."
+    return [Error(refusal, hint=hint, id="django_redis_lock.E011")]
 
 
 def _refusal(rule: Callable[[object, str], object], value: object, what: str) -> str | None:
@@ -187,7 +210,51 @@ def _check_backend(alias: str) -> list[CheckMessage]:
                 id="django_redis_lock.W004",
             )
         )
-    return warnings
+    return warnings + _check_replicas(backend)
+
+
+def _check_replicas(backend: LockBackend) -> list[CheckMessage]:
+    """W005: WAIT_REPLICAS asks for more replicas than the primary has (asked with a short
+    timeout; a Redis that does not answer is not reported here); W006: Sentinel without it."""
+    if not backend.wait_replicas:
+        if not isinstance(backend.client.connection_pool, SentinelConnectionPool):
+            return []
+        return [
+            Warning(
+                f"The cache {backend.alias!r} uses Sentinel, and REDIS_LOCK['WAIT_REPLICAS'] "
+                "is 0: a grant the primary has not passed on to a replica is lost by a "
+                "failover, and two clients may then hold the same lock.",
+                hint="Set REDIS_LOCK['WAIT_REPLICAS'] to 1 (see the README, Sentinel).",
+                id="django_redis_lock.W006",
+            )
+        ]
+    replicas = _connected_replicas(backend)
+    if replicas is None or replicas >= backend.wait_replicas:
+        return []
+    return [
+        Warning(
+            f"REDIS_LOCK['WAIT_REPLICAS'] is {backend.wait_replicas}, but the primary of cache "
+            f"{backend.alias!r} has {replicas} connected replica(s): every acquire will fail "
+            "with LockNotReplicated until enough replicas are connected.",
+            id="django_redis_lock.W005",
+        )
+    ]
+
+
+def _connected_replicas(backend: LockBackend) -> int | None:
+    connection = backend.pubsub_connection(read_timeout=_PROBE_SECONDS)
+    try:
+        connection.send_command("INFO", "replication")
+        info = connection.read_response()
+        text = info.decode() if isinstance(info, bytes) else str(info)
+        for line in text.splitlines():
+            if line.startswith("connected_slaves:"):
+                return int(line.split(":", 1)[1])
+        return None
+    except Exception:  # not reachable now, or not Redis as we know it: nothing to say
+        return None
+    finally:
+        connection.disconnect()
 
 
 def _import(path: str) -> Any:

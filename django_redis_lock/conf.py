@@ -6,7 +6,12 @@ from typing import Any, Generic, TypeVar
 
 from django.conf import settings
 
-from django_redis_lock.validation import handover_lease_ms, seconds_to_ms, validate_flag
+from django_redis_lock.validation import (
+    handover_lease_ms,
+    seconds_to_ms,
+    validate_flag,
+    wait_replicas,
+)
 
 T = TypeVar("T")
 
@@ -18,6 +23,8 @@ DEFAULTS: dict[str, Any] = {
     "KEY_NAMESPACE": "lock",
     "TOMBSTONE_TIMEOUT": 60.0,
     "HANDOVER_LEASE": 5.0,
+    "WAIT_REPLICAS": 0,
+    "WAIT_TIMEOUT": 1.0,
     "BUSY_STATUS": 423,
     "RUN_UNLOCKED_IF_UNAVAILABLE": False,
 }
@@ -78,6 +85,10 @@ class LockSettings:
     TOMBSTONE_TIMEOUT = _Setting[float]()
     #: The lease, in seconds, a lock handed to a waiter starts with.
     HANDOVER_LEASE = _Setting[float]()
+    #: How many replicas must acknowledge a grant before its holder learns of it (0: none).
+    WAIT_REPLICAS = _Setting[int]()
+    #: How long, in seconds, a grant waits for those acknowledgements.
+    WAIT_TIMEOUT = _Setting[float]()
     #: The HTTP status a @locked view answers while its lock is busy.
     BUSY_STATUS = _Setting[int]()
     #: Whether a @locked view runs without its lock when Redis is down (unsafe).
@@ -111,6 +122,11 @@ class LockSettings:
         if self._auto_renew is None:
             self._auto_renew = validate_flag(self.AUTO_RENEW, "REDIS_LOCK['AUTO_RENEW']")
         return self._auto_renew
+
+    def replication(self) -> tuple[int, int]:
+        """WAIT_REPLICAS, and WAIT_TIMEOUT in milliseconds, checked (errors name the setting)."""
+        needed = wait_replicas(self.WAIT_REPLICAS)
+        return needed, seconds_to_ms(self.WAIT_TIMEOUT, "REDIS_LOCK['WAIT_TIMEOUT']")
 
 
 lock_settings = LockSettings()

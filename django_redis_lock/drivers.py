@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import redis
 
 from django_redis_lock.backends import LockBackend
-from django_redis_lock.exceptions import LockUnavailable
+from django_redis_lock.exceptions import LockNotReplicated, LockUnavailable
 from django_redis_lock.runtime import runtime
 from django_redis_lock.steps import Call, Flow, Listen, Step, Wait
 from django_redis_lock.waiting import AsyncTicket, Listener, SyncTicket
@@ -80,9 +80,15 @@ def drive(backend: LockBackend, flow: Flow[T], what: str) -> T:
             try:
                 if type(step) is Call:
                     try:
-                        reply = backend.run(*step)
+                        if step.acked and backend.wait_replicas:
+                            reply = backend.run_acked(step.script, step.keys, step.args)
+                        else:
+                            reply = backend.run(step.script, step.keys, step.args)
                     except redis.RedisError as exc:  # thrown into the flow, as any error
                         raise unavailable(f"Redis failed for lock {what!r}", exc) from exc
+                    except LockNotReplicated as exc:
+                        exc.args = (f"Lock {what!r}: {exc}",)
+                        raise
                 elif type(step) is Wait:
                     assert ticket is not None, "a flow waits only after it listens"
                     reply = ticket.wait(step.seconds)
@@ -125,9 +131,16 @@ async def _steps(run: _Run, reply: Any, error: BaseException | None) -> Any:
         try:
             if type(step) is Call:
                 try:
-                    reply = await run.backend.arun(*step)
+                    backend = run.backend
+                    if step.acked and backend.wait_replicas:
+                        reply = await backend.arun_acked(step.script, step.keys, step.args)
+                    else:
+                        reply = await backend.arun(step.script, step.keys, step.args)
                 except redis.RedisError as exc:
                     raise unavailable(f"Redis failed for lock {run.what!r}", exc) from exc
+                except LockNotReplicated as exc:
+                    exc.args = (f"Lock {run.what!r}: {exc}",)
+                    raise
             elif type(step) is Wait:
                 assert ticket is not None, "a flow waits only after it listens"
                 reply = await ticket.wait(step.seconds)

@@ -17,3 +17,17 @@ class LockNotOwned(LockError):
 
 class LockUnavailable(LockError):
     """Redis could not be reached or answered an error; the cause is chained."""
+
+
+class LockNotReplicated(LockUnavailable):
+    """Fewer replicas than REDIS_LOCK["WAIT_REPLICAS"] acknowledged a lock's write in time.
+
+    ``acknowledged`` and ``needed`` count replicas; an acquire gave its hold back.
+    """
+
+    def __init__(self, message: str, acknowledged: int, needed: int, reply: object = None):
+        super().__init__(message)
+        self.acknowledged = acknowledged
+        self.needed = needed
+        #: What the primary answered to the write that was not acknowledged enough.
+        self.reply = reply

@@ -22,7 +22,13 @@ from typing import Any
 from django_redis_lock import signals, waiting
 from django_redis_lock.conf import lock_settings
 from django_redis_lock.drivers import adrive, drive
-from django_redis_lock.exceptions import LockBusy, LockError, LockNotOwned, LockUnavailable
+from django_redis_lock.exceptions import (
+    LockBusy,
+    LockError,
+    LockNotOwned,
+    LockNotReplicated,
+    LockUnavailable,
+)
 from django_redis_lock.runtime import runtime
 from django_redis_lock.scripts import decode_read
 from django_redis_lock.steps import Call, Flow
@@ -187,7 +193,7 @@ class Lock:
         back what they may have got: at once, or through the watchdog when Redis failed.
         """
         if self._holding():
-            left = yield Call("extend", (self._keys.lock,), self._confirm_args())
+            left = yield Call("extend", (self._keys.lock,), self._confirm_args(), True)
             if self._confirmed(left):
                 return self._reenter()
         secret = _new_secret()
@@ -196,8 +202,13 @@ class Lock:
         channel = runtime().listener(self._backend).channel if wait else ""
         try:
             acquired = yield from waiting.attempts(
-                self._keys, args, channel, wait, limit, self._busy
+                self._keys, args, channel, wait, limit, self._busy, self._backend.wait_replicas > 0
             )
+        except LockNotReplicated as exc:  # Redis answers: give the hold back at once
+            yield from self._leaving(secret, now=True)
+            raise LockNotReplicated(
+                f"{exc}; the hold was given back.", exc.acknowledged, exc.needed
+            ) from exc
         except BaseException as exc:
             yield from self._leaving(secret, now=not isinstance(exc, LockUnavailable))
             raise
@@ -315,7 +326,7 @@ class Lock:
         if self.lost:
             raise LockNotOwned(f"The lock {self.name!r} was lost; it cannot be extended.")
         sent = time.monotonic()
-        left = yield Call("extend", (self._keys.lock,), [secret, ms, mode])
+        left = yield Call("extend", (self._keys.lock,), [secret, ms, mode], True)
         if not left:
             self._lose()
             raise LockNotOwned(f"The lock {self.name!r} is no longer held by this Lock object.")

@@ -12,11 +12,17 @@ ScriptName = str
 
 # NamedTuples: a step is made on every call, and a frozen dataclass's __init__ costs more.
 class Call(NamedTuple):
-    """Run a lock script; its reply comes back."""
+    """Run a lock script; its reply comes back.
+
+    ``acked``: a grant or a lease its caller relies on; with REDIS_LOCK["WAIT_REPLICAS"] the
+    driver has it acknowledged by that many replicas (``WAIT``, pipelined) or throws
+    ``LockNotReplicated`` (whose ``reply`` is the script's) into the flow.
+    """
 
     script: ScriptName
     keys: Sequence[str]
     args: Sequence[Any]
+    acked: bool = False
 
 
 class Listen(NamedTuple):

@@ -81,6 +81,20 @@ def handover_lease_ms(value: object) -> int:
     return ms
 
 
+#: The most replicas REDIS_LOCK["WAIT_REPLICAS"] may ask to acknowledge a grant.
+MAX_WAIT_REPLICAS = 100
+
+
+def wait_replicas(value: object) -> int:
+    """REDIS_LOCK["WAIT_REPLICAS"], if it is usable: how many replicas acknowledge a grant."""
+    what = "REDIS_LOCK['WAIT_REPLICAS']"
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{what} must be a whole number of replicas, not {value!r}.")
+    if not 0 <= value <= MAX_WAIT_REPLICAS:
+        raise ValueError(f"{what} must be from 0 (no WAIT) to {MAX_WAIT_REPLICAS}, not {value}.")
+    return value
+
+
 def validate_blocking_timeout(value: object) -> float | None:
     """``value`` as seconds to wait at most: None (no limit), or zero or more."""
     if value is None:

@@ -29,6 +29,7 @@ from typing import Any, NamedTuple
 import redis
 
 from django_redis_lock.backends import LockBackend, LockKeys
+from django_redis_lock.exceptions import LockNotReplicated
 from django_redis_lock.steps import Call, Flow, Listen, Wait
 
 logger = logging.getLogger("django_redis_lock")
@@ -275,6 +276,7 @@ def attempts(
     wait: bool,
     limit: float | None,
     busy: Callable[[int, bool], None],
+    confirm: bool = False,
 ) -> Flow[Acquired | None]:
     """Try to acquire, and while waiting is allowed, queue and wait for the hand-over.
 
@@ -284,6 +286,10 @@ def attempts(
     the wait the script gave it: the first waiter when the holder's lease ends (the holder may
     have died), the others after a longer slice. The last attempt, at the deadline, also
     leaves the queue.
+
+    With ``confirm`` (REDIS_LOCK["WAIT_REPLICAS"]) every grant is acknowledged by replicas
+    before it is taken: an attempt's directly, a hand-over's by a check that its hold stands
+    (a failover may have lost it: the attempts go on).
     """
     deadline = None if limit is None else time.monotonic() + limit
     listening = False
@@ -296,7 +302,14 @@ def attempts(
                 if left is None
                 else min(MAX_WAIT_SLICE_MS, math.ceil(left * 1000))
             )
-        result = yield Call("acquire", keys.all, [*args, wait_ms, channel, _QUEUE_GRACE_MS])
+        try:
+            result = yield Call(
+                "acquire", keys.all, [*args, wait_ms, channel, _QUEUE_GRACE_MS], True
+            )
+        except LockNotReplicated as short:
+            if not isinstance(short.reply, list):
+                raise  # it granted the lock: the caller gives it back
+            result = short.reply  # busy: nothing was granted, nothing needs acknowledging
         if not isinstance(result, list):  # the fencing token: acquired
             return Acquired(int(result), handed_over=False)
         lease_left, script_wait = int(result[0]), int(result[1])
@@ -314,7 +327,9 @@ def attempts(
             pause = look_again - now if deadline is None else min(look_again, deadline) - now
             message = yield Wait(max(0.0, pause))
             if isinstance(message, Grant):
-                return Acquired(message.token, handed_over=True)
+                if not confirm or (yield Call("extend", (keys.lock,), [args[0], 0, "check"], True)):
+                    return Acquired(message.token, handed_over=True)
+                break  # the grant did not survive a failover: look again
             if not isinstance(message, Nudge):
                 break  # time is up, or told to look again
             look_again = min(look_again, time.monotonic() + message.lease_ms / 1000 + 0.001)

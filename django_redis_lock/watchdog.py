@@ -245,7 +245,11 @@ class Watchdog:
             self.remove(hold)
             return
         sent = time.monotonic()
-        left = hold.backend.run("extend", (hold.keys.lock,), [hold.secret, hold.ttl_ms, "atleast"])
+        backend, args = hold.backend, [hold.secret, hold.ttl_ms, "atleast"]
+        # With WAIT_REPLICAS a renewal counts once replicas have it: a failover to one that
+        # lacks it would end the hold at its old lease (LockNotReplicated: retried).
+        run = backend.run_acked if backend.wait_replicas else backend.run
+        left = run("extend", (hold.keys.lock,), args)
         if not left:
             self._lose(hold)
             return
