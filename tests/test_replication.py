@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from concurrent.futures import Future
 from typing import Any, NamedTuple
 
 import pytest
@@ -15,7 +16,7 @@ import redis
 from django.core.checks import run_checks
 from django.test.utils import override_settings
 
-from django_redis_lock import LockNotReplicated, lock
+from django_redis_lock import Lock, LockNotReplicated, lock
 from testproject.redis_server import RedisServer, RedisServerGroup, find_redis_server
 from tests.helpers import (
     CountingConnection,
@@ -138,14 +139,21 @@ def _queued(pair: Pair, name: str) -> bool:
     return bool(redis.Redis(port=pair.primary.port).exists(keys(name).queue))
 
 
-def test_a_hand_over_is_confirmed_by_the_replica(pair: Pair) -> None:
+@contextlib.contextmanager
+def waiting_behind(pair: Pair, name: str) -> Iterator[tuple[Lock, Lock, Future[bool]]]:
+    """A holder of ``name``, and a waiter queued behind it whose grant will be heard."""
     with replicated(pair) as alias:
         listen(alias, pair.primary.url)  # the grant is heard, not found by looking again
-        holder = lock("handed")
+        holder = lock(name)
         assert holder.acquire()
-        waiter = lock("handed", blocking_timeout=10)
+        waiter = lock(name, blocking_timeout=10)
         got = start(waiter.acquire)
-        wait_until(lambda: _queued(pair, "handed"))
+        wait_until(lambda: _queued(pair, name))
+        yield holder, waiter, got
+
+
+def test_a_hand_over_is_confirmed_by_the_replica(pair: Pair) -> None:
+    with waiting_behind(pair, "handed") as (holder, waiter, got):
         holder.release()
         assert got.result(timeout=10)
         assert waiter.owned()
@@ -154,20 +162,11 @@ def test_a_hand_over_is_confirmed_by_the_replica(pair: Pair) -> None:
 
 
 def test_a_hand_over_not_acknowledged_is_given_back_not_left_waiting(pair: Pair) -> None:
-    with replicated(pair) as alias:
-        listen(alias, pair.primary.url)  # the grant is heard, not found by looking again
-        holder = lock("unconfirmed")
-        assert holder.acquire()
-        waiter = lock("unconfirmed", blocking_timeout=10)
-        got = start(waiter.acquire)
-        wait_until(lambda: _queued(pair, "unconfirmed"))
+    with waiting_behind(pair, "unconfirmed") as (holder, waiter, got):
         with paused(pair.replica):
             holder.release()  # hands the lock over on the primary alone
-            with pytest.raises(LockNotReplicated, match="0 of the 1 replicas") as r:
+            with pytest.raises(LockNotReplicated, match="0 of the 1 replicas"):
                 got.result(timeout=5)
-            import traceback
-
-            traceback.print_exception(r.value)
         assert waiter.fencing_token is None
         assert not lock("unconfirmed").locked()
 
