@@ -15,8 +15,9 @@ tables give the medians of the repeats.
   returning, in µs and in round trips (a measured ``PING``); acquire waits p50/p99/max; and
   the Redis commands clients send per acquisition (read with MONITOR in a separate pass, script
   internals not counted);
-- the ``@locked`` overhead on a view, Redis memory per held lock, and (from bench/listing.py)
-  ``locks list`` and the admin's first page with 100,000 held locks.
+- the ``@locked`` overhead on a view, Redis memory per held lock, (from bench/listing.py)
+  ``locks list`` and the admin's first page with 100,000 held locks, and (from
+  bench/replicas.py) what ``WAIT_REPLICAS = 1`` adds to a cycle.
 
 ``--write`` writes docs/benchmarks.rst and docs/benchmarks.png.
 """
@@ -685,6 +686,9 @@ def main() -> None:
     import listing
 
     listing_rows = listing.measure(options.listing_locks, options.repeats)
+    import replicas
+
+    replica_rows = replicas.measure(options.cycles, options.repeats)
     body = tables(results, view, memory)
     machine = (
         f"{os.cpu_count()} cores, {platform.platform()}, Python {platform.python_version()}, "
@@ -712,6 +716,13 @@ def main() -> None:
             "------------------------",
             "",
             *[f"- {row}" for row in listing_rows],
+            "",
+            "Replica acknowledgement (WAIT_REPLICAS)",
+            "---------------------------------------",
+            "",
+            "From bench/replicas.py, on a primary and one replica of its own:",
+            "",
+            *[f"- {row}" for row in replica_rows],
             "",
             NOTES,
         ]
