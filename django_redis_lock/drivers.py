@@ -75,7 +75,11 @@ def drive(backend: LockBackend, flow: Flow[T], what: str) -> T:
     run, reply, error = _Run(backend, flow, what), None, None
     ticket: SyncTicket | None = None
     try:
-        while (step := run.next(reply, error)) is not None:
+        while True:  # _Run.next inlined: this loop is the hot path of every blocking call
+            try:
+                step = flow.send(reply) if error is None else flow.throw(error)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
             error = None
             try:
                 if type(step) is Call:
@@ -98,9 +102,9 @@ def drive(backend: LockBackend, flow: Flow[T], what: str) -> T:
                     reply = None
             except BaseException as exc:  # the flow decides what an interruption undoes
                 error = exc
-        return run.result  # type: ignore[no-any-return]
     finally:
-        run.close()
+        if run.listener is not None:
+            run.close()
 
 
 async def adrive(backend: LockBackend, flow: Flow[T], what: str) -> T:
