@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 import redis
 
 from django_redis_lock.backends import LockBackend, LockKeys
+from django_redis_lock.conf import lock_settings
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -266,6 +267,10 @@ class Watchdog:
         if now >= hold.lease_end:
             logger.warning("Could not renew lock %r before its lease ended: %s", hold.name, exc)
             self._lose(hold)
+            # Redis may still have the hold, renewed (a renewal that replicas did not
+            # acknowledge, a reply lost): give it back once Redis answers, not at its lease end.
+            args = [hold.secret, lock_settings.tombstone_ms]
+            self.settle(Leave(hold.backend, hold.keys, args, "release"))
             return
         logger.warning(
             "Could not renew lock %r (%s); retrying before its lease ends.", hold.name, exc

@@ -50,9 +50,15 @@ def pair() -> Iterator[Pair]:
 
 
 @contextlib.contextmanager
-def replicated(pair: Pair, needed: int = 1, **options: Any) -> Iterator[str]:
+def replicated(
+    pair: Pair,
+    needed: int = 1,
+    *,
+    auto_renew: bool = False,
+    **options: Any,
+) -> Iterator[str]:
     """A fresh alias on the pair's primary whose locks wait for ``needed`` replicas."""
-    redis_lock = {"WAIT_REPLICAS": needed, "WAIT_TIMEOUT": WAIT_TIMEOUT, "AUTO_RENEW": False}
+    redis_lock = {"WAIT_REPLICAS": needed, "WAIT_TIMEOUT": WAIT_TIMEOUT, "AUTO_RENEW": auto_renew}
     with contextlib.ExitStack() as stack:
         alias = stack.enter_context(builtin_cache_with(pair.primary.url, **options))
         stack.enter_context(override_settings(REDIS_LOCK={**redis_lock, "CACHE": alias}))
@@ -202,3 +208,15 @@ def test_a_sentinel_alias_without_wait_replicas_is_warned_about() -> None:
             assert "django_redis_lock.W006" in {message.id for message in run_checks()}
         with override_settings(REDIS_LOCK={"WAIT_REPLICAS": 1}):
             assert "django_redis_lock.W006" not in {message.id for message in run_checks()}
+
+
+def test_a_hold_whose_renewals_are_not_acknowledged_is_lost_and_given_back(pair: Pair) -> None:
+    with replicated(pair, auto_renew=True):
+        held = lock("renewed", timeout=1.5)
+        assert held.acquire()
+        with paused(pair.replica):
+            # Each renewal lengthens the lease on the primary, but none counts: the hold is
+            # lost when the lease it had ends, and the primary's copy is given back then
+            # rather than a full timeout after the last renewal.
+            wait_until(lambda: held.lost, timeout=5)
+            wait_until(lambda: not lock("renewed").locked(), timeout=0.5)
