@@ -12,6 +12,7 @@ stop when told).
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass, field
 
@@ -36,6 +37,7 @@ class Result:
     stale_accepted: int = 0
     lost_updates: int = 0
     unavailable: int = 0
+    release_failed: int = 0
     not_replicated: int = 0
     busy: int = 0
     lost: int = 0
@@ -64,7 +66,6 @@ def overlapping(sections: list[Section]) -> list[tuple[Section, Section]]:
 
 def check(outcome: Outcome) -> Result:
     """Compute every figure of ``outcome`` and the violations among them."""
-    scenario = outcome.scenario
     result = Result(outcome)
     store = Store(outcome.store)
     try:
@@ -86,6 +87,7 @@ def check(outcome: Outcome) -> Result:
     for event in events:
         if event.kind in UNAVAILABLE:
             result.unavailable += 1
+            result.release_failed += event.kind.startswith("release-")
             result.not_replicated += "replicated" in event.kind
         elif event.kind == "busy":
             result.busy += 1
@@ -119,7 +121,7 @@ def _gaps(outcome: Outcome, sections: list[Section], events: list[object]) -> in
     gaps = 0
     for times in moments.values():
         times.sort()
-        for before, after in zip(times, times[1:]):
+        for before, after in itertools.pairwise(times):
             faulted = sum(
                 max(0.0, min(after, f.end) - max(before, f.start)) for f in outcome.faults
             )
@@ -159,6 +161,7 @@ COLUMNS = (
     "stale acc.",
     "lost upd.",
     "unavail.",
+    "rel. failed",
     "recovery s",
     "hangs",
     "verdict",
@@ -181,6 +184,7 @@ def row(result: Result) -> list[str]:
         str(result.stale_accepted),
         str(result.lost_updates),
         str(result.unavailable),
+        str(result.release_failed),
         recovery,
         str(result.hangs),
         "ok" if result.passed else "FAIL",
@@ -191,6 +195,8 @@ def table(results: list[Result]) -> str:
     """A plain-text table of the results, one row per scenario."""
     rows = [list(COLUMNS), *(row(r) for r in results)]
     widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS))]
-    lines = ["  ".join(cell.ljust(width) for cell, width in zip(r, widths)) for r in rows]
+    lines = [
+        "  ".join(cell.ljust(width) for cell, width in zip(r, widths, strict=True)) for r in rows
+    ]
     lines.insert(1, "  ".join("-" * width for width in widths))
     return "\n".join(line.rstrip() for line in lines)

@@ -19,6 +19,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -243,52 +244,63 @@ class Run:
     def inject(self) -> tuple[Fault, int | None]:
         """Play the scenario's fault once; the fault and the pid it struck (holder faults)."""
         kind = self.scenario.fault
-        victim = None
-        if kind == "holder-kill":
-            victim, _ = self.holder()
-            start = end = time.monotonic()
-            os.kill(victim, signal.SIGKILL)
-            index = next(i for i, p in self.workers.items() if p.pid == victim)
-            self.workers[index].wait(timeout=STOP_SLACK)
-            self.spawn(index)
-            detail = f"pid {victim} killed while holding"
-        elif kind == "holder-stop":
-            victim, ttl = self.holder()
-            pause = ttl + 0.05  # just past its lease: the next holder is mid-section on waking
-            start = time.monotonic()
-            os.kill(victim, signal.SIGSTOP)
-            time.sleep(pause)  # the fault itself: how long the holder stays stopped
-            os.kill(victim, signal.SIGCONT)
-            end = time.monotonic()
-            detail = f"pid {victim} stopped {pause:.2f} s (its lease had {ttl:.2f} s left)"
-        elif kind == "redis-freeze":
-            server = self.topology.primary()
-            start = time.monotonic()
-            server.pause()
-            time.sleep(self.freeze)  # the fault itself
-            server.resume()
-            end = time.monotonic()
-            detail = f"redis-server stopped (SIGSTOP) for {self.freeze:g} s"
-        elif kind == "redis-restart":
-            server = self.topology.primary()
-            start = time.monotonic()
-            server.kill()
-            time.sleep(1.0)  # the fault itself: down for a second
-            server.start()
-            end = time.monotonic()
-            detail = "redis-server killed (SIGKILL), restarted after 1 s"
-        elif kind in ("failover", "primary-kill"):
-            topology = self.topology
-            assert isinstance(topology, Sentinel)
-            old = topology.primary().port
-            start = time.monotonic()
-            new = topology.failover() if kind == "failover" else topology.kill_primary()
-            end = time.monotonic()
-            action = "SENTINEL FAILOVER" if kind == "failover" else "primary killed (SIGKILL)"
-            detail = f"{action}: primary {old} -> {new.port}"
+        plays: dict[str, Callable[[], tuple[float, str, int | None]]] = {
+            "holder-kill": self._kill_holder,
+            "holder-stop": self._stop_holder,
+            "redis-freeze": self._freeze_redis,
+            "redis-restart": self._restart_redis,
+            "failover": self._fail_over,
+            "primary-kill": self._fail_over,
+        }
+        start, detail, victim = plays[kind]()
+        end = time.monotonic()
+        wall = time.time() - (end - start)
+        return Fault(kind, start, end, wall, detail), victim
+
+    def _kill_holder(self) -> tuple[float, str, int | None]:
+        victim, _ = self.holder()
+        start = time.monotonic()
+        os.kill(victim, signal.SIGKILL)
+        index = next(i for i, p in self.workers.items() if p.pid == victim)
+        self.workers[index].wait(timeout=STOP_SLACK)
+        self.spawn(index)
+        return start, f"pid {victim} killed while holding", victim
+
+    def _stop_holder(self) -> tuple[float, str, int | None]:
+        victim, ttl = self.holder()
+        pause = ttl + 0.05  # just past its lease: the next holder is mid-section on waking
+        start = time.monotonic()
+        os.kill(victim, signal.SIGSTOP)
+        time.sleep(pause)  # the fault itself: how long the holder stays stopped
+        os.kill(victim, signal.SIGCONT)
+        return start, f"pid {victim} stopped {pause:.2f} s (its lease had {ttl:.2f} s left)", victim
+
+    def _freeze_redis(self) -> tuple[float, str, int | None]:
+        server = self.topology.primary()
+        start = time.monotonic()
+        server.pause()
+        time.sleep(self.freeze)  # the fault itself
+        server.resume()
+        return start, f"redis-server stopped (SIGSTOP) for {self.freeze:g} s", None
+
+    def _restart_redis(self) -> tuple[float, str, int | None]:
+        server = self.topology.primary()
+        start = time.monotonic()
+        server.kill()
+        time.sleep(1.0)  # the fault itself: down for a second
+        server.start()
+        return start, "redis-server killed (SIGKILL), restarted after 1 s", None
+
+    def _fail_over(self) -> tuple[float, str, int | None]:
+        topology = self.topology
+        assert isinstance(topology, Sentinel)
+        old = topology.primary().port
+        start = time.monotonic()
+        if self.scenario.fault == "failover":
+            new, action = topology.failover(), "SENTINEL FAILOVER"
         else:
-            raise ValueError(f"unknown fault {kind!r}")
-        return Fault(kind, start, end, time.time() - (time.monotonic() - start), detail), victim
+            new, action = topology.kill_primary(), "primary killed (SIGKILL)"
+        return start, f"{action}: primary {old} -> {new.port}", None
 
     # -- the run -------------------------------------------------------------------------------
 
@@ -335,13 +347,14 @@ class Run:
         wait_for(lambda: sections_since(ready - START_TIMEOUT), START_TIMEOUT, "a first section")
         for _ in range(self.repeats):
             steady = time.monotonic()
-            wait_for(lambda: sections_since(steady), RECOVERY_TIMEOUT, "sections before a fault")
+            before = partial(sections_since, steady)
+            wait_for(before, RECOVERY_TIMEOUT, "sections before a fault")
             fault, victim = self.inject()
             self.faults.append(fault)
             store.fault(fault.kind, fault.start, fault.end, fault.detail)
-            after = fault.end if victim is None else fault.start
+            after = partial(sections_since, fault.end if victim is None else fault.start, victim)
             with contextlib.suppress(RuntimeError):  # the checker reports a missing recovery
-                wait_for(lambda: sections_since(after, victim), RECOVERY_TIMEOUT, "recovery")
+                wait_for(after, RECOVERY_TIMEOUT, "recovery")
         time.sleep(1.0)  # a last second of normal work after the last recovery
 
 

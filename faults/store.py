@@ -176,9 +176,7 @@ class Store:
     def sections(self) -> list[Section]:
         """Every recorded section, in commit order."""
         rows = self.connection.execute("SELECT * FROM sections ORDER BY id")
-        return [
-            Section(r[0], r[1], r[2], r[3], r[4], r[5], r[6], bool(r[7]), r[8]) for r in rows
-        ]
+        return [Section(r[0], r[1], r[2], r[3], r[4], r[5], r[6], bool(r[7]), r[8]) for r in rows]
 
     def events(self) -> list[Event]:
         """Every recorded event, oldest first."""
@@ -189,4 +187,3 @@ class Store:
         """Every recorded fault, oldest first."""
         rows = self.connection.execute("SELECT * FROM faults ORDER BY start")
         return [Fault(*row) for row in rows]
-

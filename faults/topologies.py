@@ -32,6 +32,15 @@ class Topology(Protocol):
         """CACHES (alias CACHE), REDIS_LOCK and what else the clients need to reach it."""
 
 
+def timeout_options(socket_timeout: float | None) -> dict[str, Any]:
+    """django-redis OPTIONS for a socket timeout, or for none at all (None): redis-py 8 would
+    otherwise apply its own 5 s, and django-redis passes a None SOCKET_TIMEOUT on as unset."""
+    if socket_timeout is None:
+        none = {"socket_timeout": None, "socket_connect_timeout": None}
+        return {"CONNECTION_POOL_KWARGS": none}
+    return {"SOCKET_TIMEOUT": socket_timeout, "SOCKET_CONNECT_TIMEOUT": socket_timeout}
+
+
 def lock_settings(wait_replicas: int) -> dict[str, Any]:
     """REDIS_LOCK for the alias the suite uses."""
     return {"CACHE": CACHE, "WAIT_REPLICAS": wait_replicas, "WAIT_TIMEOUT": 0.5}
@@ -57,10 +66,10 @@ class SingleServer:
         return self.server
 
     def settings(self, socket_timeout: float | None, wait_replicas: int) -> dict[str, Any]:
-        options: dict[str, Any] = {"CLIENT_CLASS": "django_redis.client.DefaultClient"}
-        # None is explicit: redis-py 8 would otherwise apply its own 5 s default.
-        options["SOCKET_CONNECT_TIMEOUT"] = socket_timeout
-        options["SOCKET_TIMEOUT"] = socket_timeout
+        options = {
+            "CLIENT_CLASS": "django_redis.client.DefaultClient",
+            **timeout_options(socket_timeout),
+        }
         cache = {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": self.server.url}
         return {
             "CACHES": {CACHE: {**cache, "OPTIONS": options}},
@@ -106,8 +115,7 @@ class Sentinel:
             "CLIENT_CLASS": "django_redis.client.SentinelClient",
             "CONNECTION_POOL_CLASS": "redis.sentinel.SentinelConnectionPool",
             "SENTINELS": sentinels,
-            "SOCKET_CONNECT_TIMEOUT": socket_timeout,
-            "SOCKET_TIMEOUT": socket_timeout,
+            **timeout_options(socket_timeout),
         }
         cache = {
             "BACKEND": "django_redis.cache.RedisCache",
