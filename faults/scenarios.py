@@ -1,0 +1,365 @@
+"""The scenarios and the controller that plays them: workers, faults, bounded waits.
+
+Every scenario starts its topology and a fresh store, runs WORKERS worker processes that
+contend for one lock, injects its fault (once in a short run, more often in a long one), waits
+(bounded) until a section succeeds again, then stops the workers and returns what the store
+recorded for the checker. Faults are real signals and real Redis commands, on loopback only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from faults.store import FENCED, READ_WRITE, Fault, Store, create
+from faults.topologies import TOPOLOGIES, Sentinel, Topology
+from testproject.redis_server import die_with_parent
+
+ROOT = Path(__file__).resolve().parent.parent
+WORKER = ROOT / "faults" / "worker.py"
+WORKERS = 4
+LEASE = 1.0  # the lock's timeout: a dead holder blocks the others this long at most
+WORK = 0.15  # seconds of work inside each section
+BLOCKING_TIMEOUT = 3.0
+SOCKET_TIMEOUT = 1.0
+POLL = 0.005  # how often a bounded wait looks at its condition
+START_TIMEOUT = 30.0  # for the workers to start (Django, a first pass)
+RECOVERY_TIMEOUT = 20.0  # for a section to succeed after a fault
+STOP_SLACK = 5.0  # beyond a pass's own bound, for a worker to exit when told
+HOLDER_TIMEOUT = 10.0  # for a worker to be seen holding the lock
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One fault against one topology, and what the README promises about it."""
+
+    name: str
+    topology: str
+    fault: str
+    promise: str
+    variant: str = FENCED
+    socket_timeout: float | None = SOCKET_TIMEOUT
+    wait_replicas: int = 0
+    # What the README allows here: "overlaps" (two holders at once), "lost-updates".
+    allows: frozenset[str] = frozenset()
+    # Seconds from the fault's end (a holder's: its start) to the next section, at most.
+    max_recovery: float | None = None
+
+
+@dataclass
+class Outcome:
+    """What a scenario run recorded, for the checker."""
+
+    scenario: Scenario
+    store: Path
+    faults: list[Fault]
+    hung_at_stop: list[int] = field(default_factory=list)  # pids that did not stop when told
+    seconds: float = 0.0
+    counter: tuple[int, int] = (0, 0)
+
+
+PAUSED_HOLDER = (
+    "a holder can pause past its lease and write while the next holder writes too; fencing "
+    "refuses a write older than one already accepted"
+)
+SCENARIOS = [
+    Scenario(
+        "holder-kill",
+        "single",
+        "holder-kill",
+        "a crashed holder blocks the others for at most its lease",
+        max_recovery=LEASE + 0.5,
+    ),
+    Scenario(
+        "holder-stop",
+        "single",
+        "holder-stop",
+        PAUSED_HOLDER,
+        allows=frozenset({"overlaps"}),
+        max_recovery=LEASE + 0.5,
+    ),
+    Scenario(
+        "holder-stop-read-write",
+        "single",
+        "holder-stop",
+        PAUSED_HOLDER + "; fencing protects writes, not reads: a read-then-write loses updates",
+        variant=READ_WRITE,
+        allows=frozenset({"overlaps", "lost-updates"}),
+        max_recovery=LEASE + 0.5,
+    ),
+    Scenario(
+        "redis-freeze",
+        "single",
+        "redis-freeze",
+        "calls fail with LockUnavailable after the socket timeout; an unfinished release is "
+        "finished once Redis is back, not at the end of the lease",
+        max_recovery=1.5,
+    ),
+    Scenario(
+        "redis-freeze-no-timeout",
+        "single",
+        "redis-freeze",
+        "without a socket timeout calls wait for Redis; it serves them when it is back",
+        socket_timeout=None,
+        max_recovery=1.5,
+    ),
+    Scenario(
+        "redis-restart",
+        "single",
+        "redis-restart",
+        "calls fail with LockUnavailable while Redis is down; locks kept by its append-only "
+        "file stay held; unfinished releases are finished once it is back",
+        max_recovery=1.5,
+    ),
+    Scenario(
+        "sentinel-failover",
+        "sentinel",
+        "failover",
+        "without WAIT_REPLICAS the old primary may grant a lock the new one grants again: "
+        "two holders are possible; fencing refuses the older one's late write",
+        allows=frozenset({"overlaps"}),
+    ),
+    Scenario(
+        "sentinel-failover-wait-1",
+        "sentinel",
+        "failover",
+        "with WAIT_REPLICAS=1 no two holders overlap across SENTINEL FAILOVER",
+        wait_replicas=1,
+    ),
+    Scenario(
+        "sentinel-kill-primary",
+        "sentinel",
+        "primary-kill",
+        "without WAIT_REPLICAS a grant the replicas never saw is lost with the primary: two "
+        "holders are possible; fencing refuses the older one's late write",
+        allows=frozenset({"overlaps"}),
+    ),
+    Scenario(
+        "sentinel-kill-primary-wait-1",
+        "sentinel",
+        "primary-kill",
+        "with WAIT_REPLICAS=1 no two holders overlap across a SIGKILL of the primary",
+        wait_replicas=1,
+    ),
+]
+
+
+def wait_for(condition: Callable[[], Any], timeout: float, what: str) -> Any:
+    """Poll ``condition`` until it is true; RuntimeError naming ``what`` after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise RuntimeError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(POLL)
+
+
+class Run:
+    """One scenario being played: its topology, store, workers and fault log."""
+
+    def __init__(self, scenario: Scenario, directory: Path, repeats: int, freeze: float):
+        self.scenario = scenario
+        self.directory = directory
+        self.repeats = repeats
+        self.freeze = freeze
+        self.topology: Topology = TOPOLOGIES[scenario.topology]()
+        self.store_path = directory / "store.sqlite3"
+        self.stop_file = directory / "stop"
+        self.workers: dict[int, subprocess.Popen[bytes]] = {}
+        self.faults: list[Fault] = []
+        self.env: dict[str, str] = {}
+
+    # -- workers -------------------------------------------------------------------------------
+
+    def spawn(self, index: int) -> None:
+        """Start worker ``index`` (again, after a kill)."""
+        s = self.scenario
+        args = [s.variant, LEASE, WORK, BLOCKING_TIMEOUT, self.stop_file]
+        log = open(self.directory / f"worker-{index}.log", "ab")  # noqa: SIM115 (the child's)
+        with log:
+            self.workers[index] = subprocess.Popen(
+                [sys.executable, str(WORKER), str(self.store_path), str(index), *map(str, args)],
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                preexec_fn=die_with_parent(),
+            )
+
+    def pids(self) -> set[int]:
+        """The pids of the workers now running."""
+        return {process.pid for process in self.workers.values()}
+
+    def stop_workers(self, store: Store) -> list[int]:
+        """Tell the workers to stop and wait (bounded); SIGKILL and return those that hung."""
+        self.stop_file.touch()
+        socket_timeout = self.scenario.socket_timeout or 0.0
+        bound = BLOCKING_TIMEOUT + WORK + 2 * socket_timeout + STOP_SLACK
+        deadline = time.monotonic() + bound
+        hung = []
+        for process in self.workers.values():
+            with contextlib.suppress(ProcessLookupError):
+                process.send_signal(signal.SIGCONT)
+            try:
+                process.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                hung.append(process.pid)
+                process.kill()
+                process.wait(timeout=STOP_SLACK)
+        return hung
+
+    # -- faults --------------------------------------------------------------------------------
+
+    def holder(self) -> tuple[int, float]:
+        """Wait (bounded) until a worker holds the lock: its pid and the lease it has left."""
+        from django_redis_lock import get_lock_manager
+        from faults.worker import NAME
+
+        manager = get_lock_manager()
+
+        def held_by_worker() -> tuple[int, float] | None:
+            info = manager.get(NAME)
+            match = re.search(r"\bpid (\d+)", info.owner) if info else None
+            if info is None or match is None or int(match[1]) not in self.pids():
+                return None
+            return int(match[1]), info.ttl
+
+        found: tuple[int, float] = wait_for(held_by_worker, HOLDER_TIMEOUT, "a worker to hold")
+        return found
+
+    def inject(self) -> tuple[Fault, int | None]:
+        """Play the scenario's fault once; the fault and the pid it struck (holder faults)."""
+        kind = self.scenario.fault
+        plays: dict[str, Callable[[], tuple[float, str, int | None]]] = {
+            "holder-kill": self._kill_holder,
+            "holder-stop": self._stop_holder,
+            "redis-freeze": self._freeze_redis,
+            "redis-restart": self._restart_redis,
+            "failover": self._fail_over,
+            "primary-kill": self._fail_over,
+        }
+        start, detail, victim = plays[kind]()
+        end = time.monotonic()
+        wall = time.time() - (end - start)
+        return Fault(kind, start, end, wall, detail), victim
+
+    def _kill_holder(self) -> tuple[float, str, int | None]:
+        victim, _ = self.holder()
+        start = time.monotonic()
+        os.kill(victim, signal.SIGKILL)
+        index = next(i for i, p in self.workers.items() if p.pid == victim)
+        self.workers[index].wait(timeout=STOP_SLACK)
+        self.spawn(index)
+        return start, f"pid {victim} killed while holding", victim
+
+    def _stop_holder(self) -> tuple[float, str, int | None]:
+        victim, ttl = self.holder()
+        pause = ttl + 0.05  # just past its lease: the next holder is mid-section on waking
+        start = time.monotonic()
+        os.kill(victim, signal.SIGSTOP)
+        time.sleep(pause)  # the fault itself: how long the holder stays stopped
+        os.kill(victim, signal.SIGCONT)
+        return start, f"pid {victim} stopped {pause:.2f} s (its lease had {ttl:.2f} s left)", victim
+
+    def _freeze_redis(self) -> tuple[float, str, int | None]:
+        server = self.topology.primary()
+        start = time.monotonic()
+        server.pause()
+        time.sleep(self.freeze)  # the fault itself
+        server.resume()
+        return start, f"redis-server stopped (SIGSTOP) for {self.freeze:g} s", None
+
+    def _restart_redis(self) -> tuple[float, str, int | None]:
+        server = self.topology.primary()
+        start = time.monotonic()
+        server.kill()
+        time.sleep(1.0)  # the fault itself: down for a second
+        server.start()
+        return start, "redis-server killed (SIGKILL), restarted after 1 s", None
+
+    def _fail_over(self) -> tuple[float, str, int | None]:
+        topology = self.topology
+        assert isinstance(topology, Sentinel)
+        old = topology.primary().port
+        start = time.monotonic()
+        if self.scenario.fault == "failover":
+            new, action = topology.failover(), "SENTINEL FAILOVER"
+        else:
+            new, action = topology.kill_primary(), "primary killed (SIGKILL)"
+        return start, f"{action}: primary {old} -> {new.port}", None
+
+    # -- the run -------------------------------------------------------------------------------
+
+    def play(self) -> Outcome:
+        """Start everything, inject the faults, stop everything; what the store recorded."""
+        from django.test.utils import override_settings
+
+        started = time.monotonic()
+        create(self.store_path)
+        store = Store(self.store_path)
+        self.topology.start()
+        try:
+            s = self.scenario
+            settings = self.topology.settings(s.socket_timeout, s.wait_replicas)
+            self.env = {
+                **os.environ,
+                "DJANGO_SETTINGS_MODULE": "faults.settings",
+                "FAULTS_SETTINGS": json.dumps(settings),
+                "PYTHONPATH": str(ROOT),
+            }
+            with override_settings(**settings):
+                for index in range(WORKERS):
+                    self.spawn(index)
+                try:
+                    self._faults(store)
+                finally:
+                    hung = self.stop_workers(store)
+        finally:
+            self.topology.stop()
+        outcome = Outcome(s, self.store_path, self.faults, hung, time.monotonic() - started)
+        outcome.counter = store.counter()
+        store.close()
+        return outcome
+
+    def _faults(self, store: Store) -> None:
+        def sections_since(moment: float, besides: int | None = None) -> bool:
+            row = store.connection.execute(
+                "SELECT 1 FROM sections WHERE accepted AND start >= ? AND pid != ? LIMIT 1",
+                (moment, besides or 0),
+            ).fetchone()
+            return row is not None
+
+        ready = time.monotonic()
+        wait_for(lambda: sections_since(ready - START_TIMEOUT), START_TIMEOUT, "a first section")
+        for _ in range(self.repeats):
+            steady = time.monotonic()
+            before = partial(sections_since, steady)
+            wait_for(before, RECOVERY_TIMEOUT, "sections before a fault")
+            fault, victim = self.inject()
+            self.faults.append(fault)
+            store.fault(fault.kind, fault.start, fault.end, fault.detail)
+            after = partial(sections_since, fault.end if victim is None else fault.start, victim)
+            with contextlib.suppress(RuntimeError):  # the checker reports a missing recovery
+                wait_for(after, RECOVERY_TIMEOUT, "recovery")
+        time.sleep(1.0)  # a last second of normal work after the last recovery
+
+
+@contextlib.contextmanager
+def scratch() -> Iterator[Path]:
+    """A temporary directory for a scenario's store and logs."""
+    with tempfile.TemporaryDirectory(prefix="django-redis-lock-faults-") as name:
+        yield Path(name)
