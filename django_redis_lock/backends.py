@@ -252,6 +252,8 @@ class LockBackend:
         self.wait_replicas, self.wait_timeout_ms = lock_settings.replication()
         self._async: dict[asyncio.AbstractEventLoop, redis.asyncio.Redis] = {}
         self._async_mutex = threading.Lock()
+        #: Whether the primary is found through Sentinel, and so may move.
+        self.sentinel = isinstance(self.client.connection_pool, SentinelConnectionPool)
         self.keys_for = lru_cache(maxsize=4096)(self._keys_for)
         self._frame = self._key_frame()
 
@@ -396,6 +398,33 @@ class LockBackend:
                     _hang_up(self._async.pop(closed))
                 client = self._async[loop] = _async_client_for(self.client)
         return client
+
+    def primary_address(self) -> tuple[str, int] | None:
+        """Of a Sentinel backend, the primary's address the sentinels give now (a round trip
+        to them); None for a server that cannot move.
+
+        redis-py does not follow a failover by itself (it watches no ``+switch-master``): a
+        pooled connection keeps talking to a demoted primary, which stays writable for
+        seconds. Asking here makes the pool hang up its connections to an older primary
+        (redis-py's pool does that when the address it knows changes), and so do the async
+        clients (:meth:`note_primary`).
+        """
+        pool = self.client.connection_pool
+        if not isinstance(pool, SentinelConnectionPool):
+            return None
+        host, port = pool.get_master_address()  # type: ignore[no-untyped-call]
+        address = (str(host), int(port))
+        self.note_primary(address)
+        return address
+
+    def note_primary(self, address: tuple[str, int]) -> None:
+        """The primary is at ``address`` now: hang up the async clients connected to another
+        one, so that the next async lock call reaches the new primary."""
+        with self._async_mutex:
+            for loop, client in list(self._async.items()):
+                known = getattr(client.connection_pool, "master_address", None)
+                if known is not None and tuple(known) != address:
+                    _hang_up(self._async.pop(loop))
 
     def primaries(self) -> list[redis.Redis]:
         """The servers whose keys a listing reads with SCAN: the one primary of a single

@@ -36,13 +36,16 @@ logger = logging.getLogger("django_redis_lock")
 
 # How long one blocking read on the pub/sub connection lasts before checking for a stop.
 _READ_SECONDS = 1.0
+# On a Sentinel backend: how often the listener asks the sentinels where the primary is, so
+# that it (and the lock calls, see LockBackend.primary_address) follow a failover.
+_PRIMARY_CHECK_SECONDS = 0.5
 # A quiet connection is PINGed after this long, and given up when the PONG takes as long.
 _HEALTH_SECONDS = 5.0
 # Pauses between reconnects: doubling from the first while Redis stays away, and back to the
-# first once subscribed again, so a process that lived through many outages reconnects as fast
-# as a new one.
+# first once subscribed again. Short, because the listener reconnects only while waiters wait
+# (it ends when it finds none), and a waiter should hear of a new primary within a second.
 _FIRST_BACKOFF_SECONDS = 0.1
-_MAX_BACKOFF_SECONDS = 5.0
+_MAX_BACKOFF_SECONDS = 0.5
 # Messages kept for waiters that have not registered yet; the oldest go first.
 _MAX_UNCLAIMED = 1000
 #: The longest a waiter waits for a grant before it looks again (milliseconds).
@@ -144,8 +147,16 @@ class AsyncTicket:
 Ticket = SyncTicket | AsyncTicket
 
 
+class _PrimaryMoved(Exception):
+    """The sentinels name another primary than the one the listener is subscribed on."""
+
+
 class Listener:
-    """The process's subscription to its grant channel on one backend."""
+    """The process's subscription to its grant channel on one backend.
+
+    Its thread starts with the first waiter, and ends when its connection is lost while no
+    waiter waits; on a Sentinel backend it follows the primary the sentinels name.
+    """
 
     def __init__(self, backend: LockBackend) -> None:
         self._backend = backend
@@ -157,6 +168,8 @@ class Listener:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._backoff = _FIRST_BACKOFF_SECONDS
+        # True from a lost connection until subscribed again: one warning per outage.
+        self._outage = False
 
     def register(self, secret: str, ticket: Ticket) -> None:
         """Route grants for ``secret`` to ``ticket`` until :meth:`unregister`."""
@@ -189,29 +202,56 @@ class Listener:
             connection = self._connect()
             try:
                 connection.connect()
+                if self._backend.sentinel:
+                    self._backend.note_primary((connection.host, int(connection.port)))
                 connection.send_command("SUBSCRIBE", self.channel)
                 self._listen(connection)
+            except _PrimaryMoved as moved:
+                logger.info("Lock wake-up channel follows the new Redis primary %s.", moved)
             except Exception as exc:  # Redis errors, and anything else: keep waiters served
-                if self._stop.is_set():
+                if self._stop.is_set() or self._retire():
                     break
-                logger.warning("Lock wake-up channel lost (%s); reconnecting.", exc)
+                self._lost(exc)
                 self._stop.wait(self._backoff)
                 self._backoff = min(self._backoff * 2, _MAX_BACKOFF_SECONDS)
             finally:
                 with contextlib.suppress(Exception):
                     connection.disconnect()
 
+    def _retire(self) -> bool:
+        """End the thread when no waiter needs it (``start()`` makes a new one on demand):
+        an idle process does not reconnect, nor warn, while Redis is away."""
+        with self._mutex:
+            if self._tickets:
+                return False
+            self._thread = None
+            self._outage = False
+            return True
+
+    def _lost(self, exc: Exception) -> None:
+        """Log a lost connection: a warning once per outage, then debug lines."""
+        if self._outage:
+            logger.debug("Lock wake-up channel still away (%s); reconnecting.", exc)
+        else:
+            self._outage = True
+            logger.warning("Lock wake-up channel lost (%s); reconnecting.", exc)
+
     def _connect(self) -> Any:
         """A connection of its own (the backend's, outside its pool), with a read timeout that
         lets the thread look up now and then. The thread reads it directly: a blocked read
         wakes as soon as a grant arrives, quicker than the pub/sub helper's polling reads."""
-        return self._backend.pubsub_connection(read_timeout=_READ_SECONDS)
+        read = _PRIMARY_CHECK_SECONDS if self._backend.sentinel else _READ_SECONDS
+        return self._backend.pubsub_connection(read_timeout=read)
 
     def _listen(self, connection: Any) -> None:
-        """Dispatch grants until stopped; PING when quiet, so a dead connection shows."""
-        heard = time.monotonic()
+        """Dispatch grants until stopped; PING when quiet, so a dead connection shows; on a
+        Sentinel backend, leave when the primary moved."""
+        heard = checked = time.monotonic()
         pinged: float | None = None
         while not self._stop.is_set():
+            if self._backend.sentinel and time.monotonic() - checked >= _PRIMARY_CHECK_SECONDS:
+                checked = time.monotonic()
+                self._check_primary(connection)
             try:
                 reply = connection.read_response(disconnect_on_error=False, push_request=True)
             except redis.TimeoutError:
@@ -230,7 +270,21 @@ class Listener:
                 self._dispatch(reply[2])
             elif kind == "subscribe":
                 self._backoff = _FIRST_BACKOFF_SECONDS
+                if self._outage:
+                    self._outage = False
+                    logger.info("Lock wake-up channel is back.")
                 self._wake_all()  # grants sent while we were away were not heard
+
+    def _check_primary(self, connection: Any) -> None:
+        """Raise _PrimaryMoved when the sentinels name another primary than the one the
+        connection reaches (sentinels that do not answer change nothing)."""
+        try:
+            address = self._backend.primary_address()
+        except redis.RedisError as exc:
+            logger.debug("Sentinel did not say where the Redis primary is: %s", exc)
+            return
+        if address is not None and address != (connection.host, int(connection.port)):
+            raise _PrimaryMoved("{}:{}".format(*address))
 
     def _dispatch(self, data: bytes | str) -> None:
         """``secret:token:acquired_at`` hands a lock over; ``secret:lease_ms`` nudges."""

@@ -404,15 +404,15 @@ def test_the_listener_comes_back_quickly_however_often_it_was_cut_off(
     def subscribed() -> bool:
         return bool(redis_client.pubsub_numsub(channel)[0][1])
 
+    holder = lock("cut-often", timeout=30, auto_renew=False)
+    holder.acquire()
+    waiter = _waiter(SYNC, "cut-often", blocking_timeout=20)  # the listener reconnects for it
+    assert busy_events.acquire(timeout=5)
     for _ in range(7):  # a pause that doubled with every loss would reach 6.4 s
         assert redis_client.client_kill_filter(_type="pubsub") >= 1
         cut = time.monotonic()
         wait_until(subscribed, timeout=10)
         assert time.monotonic() - cut < 1
-    holder = lock("cut-often", timeout=30, auto_renew=False)
-    holder.acquire()
-    waiter = _waiter(SYNC, "cut-often", blocking_timeout=20)
-    assert busy_events.acquire(timeout=5)
     redis_client.client_kill_filter(_type="pubsub")
     released = time.monotonic()
     holder.release()  # published while nobody listens
