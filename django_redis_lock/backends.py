@@ -364,6 +364,9 @@ class LockBackend:
             if isinstance(result, Exception):
                 raise result
         if int(acknowledged) < self.wait_replicas:
+            if self.sentinel:  # a demoted primary lost its replicas: find the new one
+                with contextlib.suppress(Exception):
+                    self.primary_address()
             raise LockNotReplicated(
                 f"{acknowledged} of the {self.wait_replicas} replicas REDIS_LOCK['WAIT_REPLICAS'] "
                 f"asks for acknowledged the lock's {script} within "
