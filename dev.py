@@ -226,7 +226,8 @@ def run_test(args: Sequence[str]) -> int:
     many (-n, --numprocesses, or -p no:xdist); pytest's exit status."""
     os.chdir(ROOT)
     if not any(arg.startswith(("-n", "--numprocesses", "no:xdist")) for arg in args):
-        args = ["-n", TEST_WORKERS, *args]
+        # loadgroup: the tests of one xdist_group (a Sentinel topology) share one worker.
+        args = ["-n", TEST_WORKERS, "--dist", "loadgroup", *args]
     say(f"testing with {tested_versions()}")
     say(f"running: python -m pytest {' '.join(args)}".rstrip())
     return subprocess.run([sys.executable, "-m", "pytest", *args], check=False).returncode

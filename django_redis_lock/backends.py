@@ -311,13 +311,27 @@ class LockBackend:
 
     def run(self, script: ScriptName, keys: Sequence[str | bytes], args: Sequence[Any]) -> Any:
         """Run one of the lock's scripts on the sync client; its reply."""
+        try:
+            return self._scripts[script].run(self.client, keys, args)
+        except redis.ConnectionError as exc:
+            if not _demoted(exc):
+                raise
+        # The server is a replica now (it wrote nothing): once more, on the current primary.
+        self.primary_address()
         return self._scripts[script].run(self.client, keys, args)
 
     async def arun(
         self, script: ScriptName, keys: Sequence[str | bytes], args: Sequence[Any]
     ) -> Any:
         """Run one of the lock's scripts on the running event loop's client; its reply."""
-        return await self._scripts[script].arun(self.async_client(), keys, args)
+        client = self.async_client()
+        try:
+            return await self._scripts[script].arun(client, keys, args)
+        except redis.ConnectionError as exc:
+            if not _demoted(exc):
+                raise
+        await client.connection_pool.get_master_address()  # type: ignore[attr-defined]
+        return await self._scripts[script].arun(client, keys, args)
 
     def run_acked(
         self, script: ScriptName, keys: Sequence[str | bytes], args: Sequence[Any]
@@ -439,6 +453,12 @@ class LockBackend:
         auth, TLS, Sentinel) but outside its pool, reading with ``read_timeout``."""
         pool = self.client.connection_pool
         return pool.connection_class(**{**pool.connection_kwargs, "socket_timeout": read_timeout})
+
+
+def _demoted(error: redis.ConnectionError) -> bool:
+    """Whether a Sentinel-managed connection failed because its server answered READONLY:
+    a primary demoted by a failover (redis-py hangs that connection up and raises this)."""
+    return isinstance(error.__context__, redis.ReadOnlyError)
 
 
 def _hang_up(client: redis.asyncio.Redis) -> None:

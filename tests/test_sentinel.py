@@ -1,0 +1,255 @@
+"""Locks on Redis Sentinel: one primary, two replicas and three sentinels started here, reached
+through django-redis's SentinelClient and through Django's RedisCache with redis-py's
+SentinelConnectionPool, before and after a failover and a SIGKILL of the primary."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import json
+import time
+from collections.abc import Iterator
+from concurrent.futures import Future
+from typing import Any
+
+import pytest
+import redis
+from django.core.management import call_command
+from django.test import Client
+from django.test.utils import override_settings
+from redis.sentinel import Sentinel
+
+from django_redis_lock import LockError, LockUnavailable, get_lock_manager, lock
+from django_redis_lock.runtime import runtime
+from testproject.topology import SentinelTopology
+from tests.helpers import SyncDriver, keys, start, wait_until
+
+# One topology per worker: the group keeps this module's tests on one xdist worker.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("sentinel")]
+
+# Not "mymaster": django-redis keeps its pools per URL for the whole process.
+SERVICE = "locks-sentinel"
+CHANGELIST = "/admin/django_redis_lock/lock/"
+
+
+def sentinel_caches(sentinels: list[tuple[str, int]], kind: str) -> dict[str, Any]:
+    """The "default" alias on Sentinel, configured as the README shows."""
+    if kind == "django-redis":
+        return {
+            "default": {
+                "BACKEND": "django_redis.cache.RedisCache",
+                "LOCATION": f"redis://{SERVICE}/0",
+                "OPTIONS": {
+                    "CLIENT_CLASS": "django_redis.client.SentinelClient",
+                    "CONNECTION_FACTORY": "django_redis.pool.SentinelConnectionFactory",
+                    "SENTINELS": sentinels,
+                    "SENTINEL_KWARGS": {"socket_timeout": 0.5},
+                    "SOCKET_CONNECT_TIMEOUT": 1,
+                    "SOCKET_TIMEOUT": 1,
+                },
+            }
+        }
+    return {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": f"redis://{SERVICE}/0",
+            "OPTIONS": {
+                "pool_class": "redis.sentinel.SentinelConnectionPool",
+                "service_name": SERVICE,
+                "sentinel_manager": Sentinel(sentinels, sentinel_kwargs={"socket_timeout": 0.5}),
+                "socket_connect_timeout": 1,
+                "socket_timeout": 1,
+            },
+        }
+    }
+
+
+@pytest.fixture(scope="module")
+def topology() -> Iterator[SentinelTopology]:
+    with SentinelTopology(service=SERVICE) as started:
+        yield started
+
+
+@pytest.fixture(params=["django-redis", "builtin"])
+def on_sentinel(request: pytest.FixtureRequest, topology: SentinelTopology) -> Iterator[str]:
+    """The "default" cache on the topology, through each client in turn; the topology made
+    whole and emptied afterwards."""
+    with override_settings(CACHES=sentinel_caches(topology.sentinel_addresses, request.param)):
+        yield request.param
+    topology.settle()
+    primary = topology.primary()
+    with redis.Redis(primary.host, primary.port) as client:
+        client.flushall()
+
+
+def on_primary(topology: SentinelTopology, name: str) -> bool:
+    """Whether the lock ``name`` is held on the server the sentinels call the primary."""
+    primary = topology.primary()
+    with redis.Redis(primary.host, primary.port) as client:
+        return bool(client.exists(keys(name).lock))
+
+
+def waiter(name: str, blocking_timeout: float) -> Future[tuple[bool | BaseException, float]]:
+    """A thread waiting for ``name``: whether it got it (or what it raised), and when it
+    finished (time.monotonic()); it releases what it got."""
+
+    def run() -> tuple[bool | BaseException, float]:
+        waiting = lock(name, blocking_timeout=blocking_timeout, timeout=10, auto_renew=False)
+        try:
+            got = waiting.acquire()
+        except LockUnavailable as exc:
+            return exc, time.monotonic()
+        done = time.monotonic()
+        if got:
+            with contextlib.suppress(LockError):
+                waiting.release()
+        return got, done
+
+    return start(run)
+
+
+def queued(topology: SentinelTopology, name: str, count: int = 1) -> None:
+    primary = topology.primary()
+    with redis.Redis(primary.host, primary.port) as client:
+        wait_until(lambda: client.zcard(keys(name).queue) >= count)
+
+
+def subscribed_on(topology: SentinelTopology) -> bool:
+    """Whether this process's listener is subscribed on the current primary."""
+    channel = runtime().listener(runtime().backend()).channel
+    primary = topology.primary()
+    with redis.Redis(primary.host, primary.port) as client:
+        return bool(client.pubsub_numsub(channel)[0][1])
+
+
+@pytest.mark.usefixtures("on_sentinel")
+def test_acquire_release_on_the_primary(topology: SentinelTopology, driver: SyncDriver) -> None:
+    held = lock("sentinel:plain", timeout=10)
+    assert driver.acquire(held)
+    assert on_primary(topology, "sentinel:plain")
+    assert not driver.acquire(lock("sentinel:plain", blocking=False))
+    driver.release(held)
+    assert get_lock_manager().get("sentinel:plain") is None
+
+
+@pytest.mark.usefixtures("on_sentinel")
+def test_waiter_is_handed_the_lock(driver: SyncDriver) -> None:
+    holder = lock("sentinel:wait", timeout=10, auto_renew=False)
+    assert driver.acquire(holder)
+    waiting = lock("sentinel:wait", blocking_timeout=5)
+    result = start(lambda: (driver.acquire(waiting), time.monotonic()))
+    wait_until(lambda: runtime_waiters("sentinel:wait"))
+    released = time.monotonic()
+    driver.release(holder)
+    got, at = result.result(10)
+    assert got
+    assert at - released < 1
+    driver.release(waiting)
+
+
+def runtime_waiters(name: str) -> int:
+    client = runtime().backend().client
+    return int(client.zcard(keys(name).queue))
+
+
+@pytest.mark.usefixtures("on_sentinel")
+def test_watchdog_renews(topology: SentinelTopology) -> None:
+    held = lock("sentinel:renewed", timeout=0.5)
+    assert held.acquire()
+    started = time.monotonic()
+    wait_until(lambda: time.monotonic() - started > 0.8)  # past the first lease
+    assert held.owned()
+    assert on_primary(topology, "sentinel:renewed")
+    held.release()
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("on_sentinel")
+def test_listing_command_and_admin(admin_client: Client) -> None:
+    held = lock("report:sentinel", timeout=30, label="nightly")
+    assert held.acquire()
+    info = get_lock_manager().get("report:sentinel")
+    assert info is not None
+    assert info.fencing_token == held.fencing_token
+    assert [each.name for each in get_lock_manager().list("report:*")] == ["report:sentinel"]
+    out = io.StringIO()
+    call_command("locks", "list", "--json", stdout=out)
+    assert [each["name"] for each in json.loads(out.getvalue())] == ["report:sentinel"]
+    page = admin_client.get(CHANGELIST).content.decode()
+    assert "report:sentinel" in page
+    assert "nightly" in page
+    held.release()
+
+
+@pytest.mark.usefixtures("on_sentinel")
+def test_locks_work_with_wait_replicas(settings: Any) -> None:
+    settings.REDIS_LOCK = {**settings.REDIS_LOCK, "WAIT_REPLICAS": 1, "WAIT_TIMEOUT": 1}
+    holder = lock("sentinel:acked", timeout=10, auto_renew=False)
+    assert holder.acquire()
+    later = waiter("sentinel:acked", blocking_timeout=5)
+    wait_until(lambda: runtime_waiters("sentinel:acked"))
+    holder.release()
+    got, _ = later.result(10)
+    assert got is True
+
+
+def _after_a_change(topology: SentinelTopology, change: str) -> None:
+    """What must hold when the primary changes under a process that holds and waits."""
+    holder = lock("sentinel:moved", timeout=5, auto_renew=False)
+    assert holder.acquire()
+    across = waiter("sentinel:moved", blocking_timeout=4)  # queued across the change
+    queued(topology, "sentinel:moved")
+    assert subscribed_on(topology)
+    queued_at = time.monotonic()
+
+    new = topology.failover() if change == "failover" else topology.kill_primary()
+    changed = time.monotonic()
+    # The listener follows the new primary within a second.
+    wait_until(lambda: subscribed_on(topology), timeout=1.5)
+    assert topology.primary() is new
+    with contextlib.suppress(LockError):  # the hold may be lost with the old primary
+        holder.release()
+
+    # The waiter queued across the change is served or told, within its blocking_timeout.
+    got, done = across.result(10)
+    assert got is True or isinstance(got, LockUnavailable) or got is False
+    assert done - queued_at < 4 + 1  # its blocking_timeout, and a round trip or two
+
+    # Locks keep working on the new primary, and a new waiter is woken by a release at once.
+    again = lock("sentinel:after", timeout=10, auto_renew=False)
+    assert wait_until(lambda: _acquired(again), timeout=3)
+    assert on_primary(topology, "sentinel:after")
+    later = waiter("sentinel:after", blocking_timeout=5)
+    queued(topology, "sentinel:after")
+    released = time.monotonic()
+    again.release()
+    got, at = later.result(10)
+    assert got is True
+    assert at - released < 1
+    assert changed - queued_at < 10
+
+    async def main() -> None:
+        async with lock("sentinel:async", timeout=10):
+            assert on_primary(topology, "sentinel:async")
+
+    asyncio.run(main())
+
+
+def _acquired(held: Any) -> bool:
+    try:
+        return bool(held.acquire(blocking=False))
+    except LockUnavailable:
+        return False
+
+
+@pytest.mark.usefixtures("on_sentinel")
+def test_failover(topology: SentinelTopology) -> None:
+    _after_a_change(topology, "failover")
+
+
+# One client only: an election costs more than a failover, and the module should stay quick.
+@pytest.mark.parametrize("on_sentinel", ["django-redis"], indirect=True)
+@pytest.mark.usefixtures("on_sentinel")
+def test_primary_killed(topology: SentinelTopology) -> None:
+    _after_a_change(topology, "kill")
