@@ -101,11 +101,13 @@ class Sentinel:
 
     def failover(self) -> RedisServer:
         """SENTINEL FAILOVER; the new primary once the Sentinels agree on it."""
+        self.topology.settle()  # whole again after the last fault: every replica back
         server: RedisServer = self.topology.failover()
         return server
 
     def kill_primary(self) -> RedisServer:
         """SIGKILL the primary; the replica elected in its place."""
+        self.topology.settle()  # whole again after the last fault: the killed one a replica
         server: RedisServer = self.topology.kill_primary()
         return server
 
