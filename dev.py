@@ -223,14 +223,29 @@ TEST_WORKERS = "3"
 
 def run_test(args: Sequence[str]) -> int:
     """python -m pytest ARGS in the repository, in TEST_WORKERS workers unless ARGS say how
-    many (-n, --numprocesses, or -p no:xdist); pytest's exit status."""
+    many (-n, --numprocesses, or -p no:xdist); pytest's exit status.
+
+    Without ARGS the Sentinel topology tests run after the rest, in a pytest of their own:
+    beside the other workers' servers their sentinels have been seen to drop connections
+    (the cause is not found yet; see the closing note of issue 11)."""
     os.chdir(ROOT)
-    if not any(arg.startswith(("-n", "--numprocesses", "no:xdist")) for arg in args):
-        # loadgroup: the tests of one xdist_group (a Sentinel topology) share one worker.
-        args = ["-n", TEST_WORKERS, "--dist", "loadgroup", *args]
     say(f"testing with {tested_versions()}")
-    say(f"running: python -m pytest {' '.join(args)}".rstrip())
-    return subprocess.run([sys.executable, "-m", "pytest", *args], check=False).returncode
+    runs = [list(args)]
+    if not args:
+        runs = [[f"--ignore={SENTINEL_TESTS}"], [SENTINEL_TESTS]]
+    status = 0
+    for run in runs:
+        if not any(arg.startswith(("-n", "--numprocesses", "no:xdist")) for arg in run):
+            # loadgroup: the tests of one xdist_group (a Sentinel topology) share one worker.
+            run = ["-n", TEST_WORKERS, "--dist", "loadgroup", *run]
+        say(f"running: python -m pytest {' '.join(run)}".rstrip())
+        status = (
+            status or subprocess.run([sys.executable, "-m", "pytest", *run], check=False).returncode
+        )
+    return status
+
+
+SENTINEL_TESTS = "tests/test_sentinel.py"
 
 
 def run_test_oldest(args: Sequence[str]) -> int:

@@ -76,11 +76,20 @@ def on_sentinel(request: pytest.FixtureRequest, topology: SentinelTopology) -> I
     """The "default" cache on the topology, through each client in turn; the topology made
     whole and emptied afterwards."""
     with override_settings(CACHES=sentinel_caches(topology.sentinel_addresses, request.param)):
+        wait_until(_answers, timeout=15, step=0.1)  # sentinels and primary ready for locks
         yield request.param
     topology.settle()
     primary = topology.primary()
     with redis.Redis(primary.host, primary.port) as client:
         client.flushall()
+
+
+def _answers() -> bool:
+    try:
+        with lock("sentinel:ready", blocking=False, auto_renew=False):
+            return True
+    except LockError:
+        return False
 
 
 def on_primary(topology: SentinelTopology, name: str) -> bool:
