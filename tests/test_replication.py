@@ -44,7 +44,10 @@ def pair() -> Iterator[Pair]:
     group = RedisServerGroup(binary=find_redis_server())
     try:
         primary = group()
-        yield Pair(primary, group.replica(primary))
+        replica = group.replica(primary)
+        client = redis.Redis(port=primary.port)  # acknowledging, not only synced, first
+        wait_until(lambda: client.execute_command("WAIT", 1, 1000) == 1, timeout=10)
+        yield Pair(primary, replica)
     finally:
         group.stop_all()
 
