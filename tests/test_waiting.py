@@ -167,9 +167,19 @@ def test_a_greedy_holder_cannot_starve_a_waiter(busy_events: threading.Semaphore
     thread.start()
     try:
         patient = lock("contended", blocking_timeout=10)
-        before = cycles
-        assert patient.acquire()
-        overtaken = cycles - before
+        queued_at: list[int] = []
+
+        def note(**kwargs: Any) -> None:  # sent in this thread once the waiter has queued
+            if kwargs["lock"] is patient:
+                queued_at.append(cycles)
+
+        signals.lock_busy.connect(note, weak=False)
+        try:
+            assert patient.acquire()
+        finally:
+            signals.lock_busy.disconnect(note)
+        # Not queued at all (taken between two of the greedy thread's holds): none overtook.
+        overtaken = cycles - queued_at[0] if queued_at else 0
         patient.release()
     finally:
         stop.set()
