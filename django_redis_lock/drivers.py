@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import redis
 
@@ -39,6 +39,15 @@ def redis_errors(what: str) -> Iterator[None]:
         yield
     except redis.RedisError as exc:
         raise unavailable(what, exc) from exc
+
+
+def _fail(exc: redis.RedisError | LockNotReplicated, what: str) -> NoReturn:
+    """Raise what a script's failure is thrown into the flow as: a Redis error as
+    LockUnavailable (the error as its cause), a replica shortfall as it is, naming the lock."""
+    if isinstance(exc, LockNotReplicated):
+        exc.args = (f"Lock {what!r}: {exc}",)
+        raise exc
+    raise unavailable(f"Redis failed for lock {what!r}", exc) from exc
 
 
 class _Run:
@@ -88,11 +97,8 @@ def drive(backend: LockBackend, flow: Flow[T], what: str) -> T:
                             reply = backend.run_acked(step.script, step.keys, step.args)
                         else:
                             reply = backend.run(step.script, step.keys, step.args)
-                    except redis.RedisError as exc:  # thrown into the flow, as any error
-                        raise unavailable(f"Redis failed for lock {what!r}", exc) from exc
-                    except LockNotReplicated as exc:
-                        exc.args = (f"Lock {what!r}: {exc}",)
-                        raise
+                    except (redis.RedisError, LockNotReplicated) as exc:  # into the flow
+                        _fail(exc, what)
                 elif type(step) is Wait:
                     assert ticket is not None, "a flow waits only after it listens"
                     reply = ticket.wait(step.seconds)
@@ -140,11 +146,8 @@ async def _steps(run: _Run, reply: Any, error: BaseException | None) -> Any:
                         reply = await backend.arun_acked(step.script, step.keys, step.args)
                     else:
                         reply = await backend.arun(step.script, step.keys, step.args)
-                except redis.RedisError as exc:
-                    raise unavailable(f"Redis failed for lock {run.what!r}", exc) from exc
-                except LockNotReplicated as exc:
-                    exc.args = (f"Lock {run.what!r}: {exc}",)
-                    raise
+                except (redis.RedisError, LockNotReplicated) as exc:
+                    _fail(exc, run.what)
             elif type(step) is Wait:
                 assert ticket is not None, "a flow waits only after it listens"
                 reply = await ticket.wait(step.seconds)

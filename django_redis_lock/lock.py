@@ -193,7 +193,7 @@ class Lock:
         back what they may have got: at once, or through the watchdog when Redis failed.
         """
         if self._holding():
-            left = yield Call("extend", (self._keys.lock,), self._confirm_args(), True)
+            left = yield Call("extend", (self._keys.lock,), self._confirm_args(), acked=True)
             if self._confirmed(left):
                 return self._reenter()
         secret = _new_secret()
@@ -326,7 +326,7 @@ class Lock:
         if self.lost:
             raise LockNotOwned(f"The lock {self.name!r} was lost; it cannot be extended.")
         sent = time.monotonic()
-        left = yield Call("extend", (self._keys.lock,), [secret, ms, mode], True)
+        left = yield Call("extend", (self._keys.lock,), [secret, ms, mode], acked=True)
         if not left:
             self._lose()
             raise LockNotOwned(f"The lock {self.name!r} is no longer held by this Lock object.")

@@ -358,7 +358,7 @@ def attempts(
             )
         try:
             result = yield Call(
-                "acquire", keys.all, [*args, wait_ms, channel, _QUEUE_GRACE_MS], True
+                "acquire", keys.all, [*args, wait_ms, channel, _QUEUE_GRACE_MS], acked=True
             )
         except LockNotReplicated as short:
             if not isinstance(short.reply, list):
@@ -381,7 +381,9 @@ def attempts(
             pause = look_again - now if deadline is None else min(look_again, deadline) - now
             message = yield Wait(max(0.0, pause))
             if isinstance(message, Grant):
-                if not confirm or (yield Call("extend", (keys.lock,), [args[0], 0, "check"], True)):
+                if not confirm or (
+                    yield Call("extend", (keys.lock,), [args[0], 0, "check"], acked=True)
+                ):
                     return Acquired(message.token, handed_over=True)
                 break  # the grant did not survive a failover: look again
             if not isinstance(message, Nudge):
