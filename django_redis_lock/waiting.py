@@ -29,7 +29,7 @@ from typing import Any, NamedTuple
 import redis
 
 from django_redis_lock.backends import LockBackend, LockKeys
-from django_redis_lock.exceptions import LockNotReplicated
+from django_redis_lock.exceptions import LockNotReplicated, LockUnavailable
 from django_redis_lock.steps import Call, Flow, Listen, Wait
 
 logger = logging.getLogger("django_redis_lock")
@@ -356,6 +356,7 @@ def attempts(
                 if left is None
                 else min(MAX_WAIT_SLICE_MS, math.ceil(left * 1000))
             )
+        sent = time.monotonic()
         try:
             result = yield Call(
                 "acquire", keys.all, [*args, wait_ms, channel, _QUEUE_GRACE_MS], acked=True
@@ -365,6 +366,12 @@ def attempts(
                 raise  # it granted the lock: the caller gives it back
             result = short.reply  # busy: nothing was granted, nothing needs acknowledging
         if not isinstance(result, list):  # the fencing token: acquired
+            took = time.monotonic() - sent
+            if took * 1000 >= args[1]:  # the lease may have ended before the reply came
+                raise LockUnavailable(
+                    f"Redis granted the lock, but its reply took {took:.2f} s, as long as the "
+                    f"lease ({args[1] / 1000:g} s): the grant is given back, not trusted."
+                )
             return Acquired(int(result), handed_over=False)
         lease_left, script_wait = int(result[0]), int(result[1])
         busy(lease_left, not listening)

@@ -8,10 +8,12 @@ waiting coroutine that lets the loop run and the cancelled waiter, in test_waiti
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 
 import pytest
 
-from django_redis_lock import get_lock_manager, lock, signals
+from django_redis_lock import Lock, LockUnavailable, get_lock_manager, lock, signals
 from testproject.redis_server import RedisServer
 from tests.helpers import received, until_redis_has_unread_request
 
@@ -32,21 +34,32 @@ def test_async_owner_names_the_task() -> None:
 # -- cancellation never leaves a hold behind (issue 9) -----------------------------------------
 
 
+@contextlib.asynccontextmanager
+async def sent_to_paused_redis(
+    redis_server: RedisServer, attempt: Lock
+) -> AsyncIterator[asyncio.Task[bool]]:
+    """``attempt.aacquire(blocking=False)`` sent to a paused Redis, which resumes (and runs
+    it) when the block ends; this loop's client is connected first."""
+    warm = lock(attempt.name, auto_renew=False)
+    assert await warm.aacquire(blocking=False)
+    await warm.arelease()
+    redis_server.pause()
+    try:
+        task = asyncio.create_task(attempt.aacquire(blocking=False))
+        await until_redis_has_unread_request(redis_server.port)
+        yield task
+    finally:
+        redis_server.resume()
+
+
 def test_a_cancelled_non_blocking_aacquire_whose_attempt_ran_leaves_no_hold(
     redis_server: RedisServer,
 ) -> None:
     async def main() -> None:
-        warm = lock("cancelled-take", auto_renew=False)  # this loop's client has a connection
-        assert await warm.aacquire(blocking=False)
-        await warm.arelease()
         attempt = lock("cancelled-take", timeout=30, auto_renew=False)
-        redis_server.pause()
-        try:
-            task = asyncio.create_task(attempt.aacquire(blocking=False))
-            await until_redis_has_unread_request(redis_server.port)
+        async with sent_to_paused_redis(redis_server, attempt) as task:
             task.cancel()  # as Django cancels an async view whose client went away
-        finally:
-            redis_server.resume()  # Redis runs the attempt: it grants the lock
+        # Redis resumed and ran the attempt: it granted the lock
         with pytest.raises(asyncio.CancelledError):
             await task
         assert not attempt.owned()
@@ -73,5 +86,18 @@ def test_a_cancelled_arelease_can_be_retried_quietly(redis_server: RedisServer) 
         assert lost == []
         assert not held.lost
         assert not await held.alocked()
+
+    asyncio.run(main())
+
+
+def test_a_grant_whose_reply_came_after_its_lease_is_not_trusted(redis_server: RedisServer) -> None:
+    async def main() -> None:
+        attempt = lock("late-grant", timeout=0.25, auto_renew=False)
+        async with sent_to_paused_redis(redis_server, attempt) as task:
+            await asyncio.sleep(0.4)  # the fault itself: Redis frozen for longer than the lease
+        with pytest.raises(LockUnavailable, match="reply took"):
+            await task
+        assert attempt.fencing_token is None
+        assert await lock("late-grant").aacquire(blocking_timeout=5)  # given back, or ended
 
     asyncio.run(main())

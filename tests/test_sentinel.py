@@ -222,7 +222,7 @@ def _after_a_change(topology: SentinelTopology, change: str) -> None:
     assert holder.acquire()
     across = waiter("sentinel:moved", blocking_timeout=4)  # queued across the change
     queued(topology, "sentinel:moved")
-    assert subscribed_on(topology)
+    wait_until(lambda: subscribed_on(topology), timeout=5)  # it subscribes after it queued
     queued_at = time.monotonic()
 
     new = topology.failover() if change == "failover" else topology.kill_primary()
