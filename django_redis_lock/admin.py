@@ -30,7 +30,7 @@ from django_redis_lock.display import safe_text
 from django_redis_lock.exceptions import LockUnavailable
 from django_redis_lock.manager import LockInfo, LockManager, Released, get_lock_manager
 from django_redis_lock.models import HeldLock
-from django_redis_lock.validation import MAX_CURSOR, shorten
+from django_redis_lock.validation import shorten, validate_cursor
 
 #: The action of the changelist's action bar.
 RELEASE_ACTION = "release_selected"
@@ -59,12 +59,13 @@ def from_form_value(value: str) -> tuple[str, int | None]:
     return url_unquote(encoded), int(token) if token else None
 
 
-def page_cursor(text: str) -> int:
-    """The SCAN cursor of a page link, or a ValueError an operator can read."""
-    digits = text.isascii() and text.isdigit() and len(text) <= len(str(MAX_CURSOR))
-    if not digits or int(text) > MAX_CURSOR:
-        raise ValueError(_BAD_CURSOR)
-    return int(text)
+def page_cursor(text: str) -> str:
+    """The page cursor of a page link, or a ValueError an operator can read."""
+    try:
+        validate_cursor(text)
+    except ValueError:
+        raise ValueError(_BAD_CURSOR) from None
+    return text
 
 
 def _shown(text: str, limit: int | None = LIST_TEXT_LIMIT) -> str:
@@ -143,7 +144,7 @@ class LockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # not subscriptabl
             request, "Held locks", query=query, shown_query=_shown(query), locks=[], next_url=None
         )
         try:
-            cursor = page_cursor(request.GET.get("cursor", "0"))
+            cursor = page_cursor(request.GET.get("cursor", ""))
             page = self.manager().page(
                 search_pattern(query) if query else "*", cursor, self.list_per_page
             )
@@ -153,7 +154,7 @@ class LockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # not subscriptabl
             return self._render(request, "change_list", context, error=str(exc), status=503)
         if page.next_cursor:
             context["next_url"] = "?" + urlencode({"q": query, "cursor": page.next_cursor})
-        context.update(locks=[self._row(info) for info in page.locks], first_page=cursor == 0)
+        context.update(locks=[self._row(info) for info in page.locks], first_page=not cursor)
         return self._render(request, "change_list", {**context, **(extra_context or {})})
 
     def detail_view(self, request: HttpRequest, object_id: str) -> HttpResponse:

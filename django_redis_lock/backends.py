@@ -1,8 +1,10 @@
 """How locks reach Redis: the client, key function and scripts of one cache alias.
 
-Supported caches: django-redis ``RedisCache`` (default, herd and Sentinel clients) and
-Django's built-in ``django.core.cache.backends.redis.RedisCache``. The lock talks to the
-cache's raw redis-py client, so it shares the project's connection settings and pools.
+Supported caches: django-redis ``RedisCache`` (default, herd and Sentinel clients), Django's
+built-in ``django.core.cache.backends.redis.RedisCache``, and django-valkey's ``ValkeyCache``
+(default, herd and Sentinel clients) and ``ClusterValkeyCache``. ``clients.py`` finds the
+cache's client and makes its asyncio twin; a cluster's backend is a subclass (``cluster.py``),
+picked by :func:`backend_for`.
 """
 
 from __future__ import annotations
@@ -10,25 +12,28 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import socket
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-import redis
-import redis.asyncio
-import redis.asyncio.sentinel
 from django.core.cache import BaseCache, caches
-from django.core.cache.backends.redis import RedisCache as DjangoRedisCache
 from django.core.exceptions import ImproperlyConfigured
-from redis.exceptions import NoScriptError
-from redis.sentinel import SentinelConnectionPool, SentinelManagedConnection
 
-from django_redis_lock import scripts
+from django_redis_lock import errors, scripts
+from django_redis_lock.clients import (
+    CLUSTER_CLIENTS,
+    Client,
+    async_client_for,
+    async_options,
+    client_for,
+    hang_up,
+    instance_of,
+    is_sentinel_pool,
+)
 from django_redis_lock.conf import lock_settings
-from django_redis_lock.exceptions import LockNotReplicated
+from django_redis_lock.exceptions import LockNotReplicated, LockUnavailable
 from django_redis_lock.steps import ScriptName
 
 # Marks where a lock name sits in a key built by the cache's key function.
@@ -37,69 +42,6 @@ _NAME_MARK = "\x00name\x00"
 _TAG_LENGTH = 12
 # Length of "{<tag>}:l:", the text between the namespace and the name in a lock key.
 _TAG_FRAME = _TAG_LENGTH + 5
-
-# Connection options that mean the same to redis-py's sync and asyncio connections.
-_PORTABLE_OPTIONS = frozenset(
-    {
-        "host",
-        "port",
-        "path",
-        "db",
-        "username",
-        "password",
-        "credential_provider",
-        "socket_timeout",
-        "socket_connect_timeout",
-        "socket_keepalive",
-        "socket_keepalive_options",
-        "retry_on_timeout",
-        "encoding",
-        "encoding_errors",
-        "lib_name",
-        "lib_version",
-        "retry_on_error",
-        "decode_responses",
-        "client_name",
-        "health_check_interval",
-        "protocol",
-        "ssl_keyfile",
-        "ssl_certfile",
-        "ssl_cert_reqs",
-        "ssl_ca_certs",
-        "ssl_ca_data",
-        "ssl_check_hostname",
-        "ssl_min_version",
-        "ssl_ciphers",
-    }
-)
-
-
-# What redis-py keeps in a pool's connection_kwargs for itself, not options a user set.
-_BOOKKEEPING = frozenset(
-    {
-        "command_packer",
-        "driver_info",
-        "event_dispatcher",
-        "himport_registry",
-        "maint_notifications_config",
-        "maint_notifications_pool_handler",
-        "maintenance_notification_hash",
-        "maintenance_state",
-        "orig_host_address",
-        "orig_socket_connect_timeout",
-        "orig_socket_timeout",
-        "oss_cluster_maint_notifications_handler",
-    }
-)
-# redis-py's own sync parsers, whose asyncio counterparts asyncio picks by itself.
-_SYNC_PARSERS = frozenset(
-    {"_RESP2Parser", "_RESP3Parser", "_HiredisParser", "PythonParser", "HiredisParser"}
-)
-_ASYNC_CONNECTIONS: dict[type, type[redis.asyncio.connection.AbstractConnection]] = {
-    redis.Connection: redis.asyncio.Connection,
-    redis.SSLConnection: redis.asyncio.SSLConnection,
-    redis.UnixDomainSocketConnection: redis.asyncio.UnixDomainSocketConnection,
-}
 
 
 @dataclass(frozen=True)
@@ -131,114 +73,30 @@ class LuaScript:
         self.source = source
         self.sha = hashlib.sha1(source.encode()).hexdigest()
 
-    def run(self, client: redis.Redis, keys: Sequence[str | bytes], args: Sequence[Any]) -> Any:
+    def run(self, client: Client, keys: Sequence[str | bytes], args: Sequence[Any]) -> Any:
         """Run it on a sync client; its reply."""
         try:
-            return client.execute_command("EVALSHA", self.sha, len(keys), *keys, *args)  # type: ignore[no-untyped-call]
-        except NoScriptError:
-            return client.execute_command("EVAL", self.source, len(keys), *keys, *args)  # type: ignore[no-untyped-call]
+            return client.execute_command("EVALSHA", self.sha, len(keys), *keys, *args)
+        except errors.NO_SCRIPT:
+            return client.execute_command("EVAL", self.source, len(keys), *keys, *args)
 
-    async def arun(
-        self, client: redis.asyncio.Redis, keys: Sequence[str | bytes], args: Sequence[Any]
-    ) -> Any:
+    async def arun(self, client: Client, keys: Sequence[str | bytes], args: Sequence[Any]) -> Any:
         """Run it on an asyncio client; its reply."""
         command = ("EVALSHA", self.sha, len(keys), *keys, *args)
         try:
-            return await client.execute_command(*command)  # type: ignore[no-untyped-call]
-        except NoScriptError:
-            return await client.execute_command("EVAL", self.source, *command[2:])  # type: ignore[no-untyped-call]
-
-
-def _is_django_redis(cache: BaseCache) -> bool:
-    try:
-        from django_redis.cache import RedisCache
-    except ImportError:  # pragma: no cover - django-redis is a dependency
-        return False
-    return isinstance(cache, RedisCache)
-
-
-def redis_client_for(cache: BaseCache) -> redis.Redis:
-    """The raw redis-py client that writes to the primary of ``cache``."""
-    if _is_django_redis(cache):
-        from django_redis.client import ShardClient
-
-        client = cache.client  # type: ignore[attr-defined]
-        if isinstance(client, ShardClient):
-            raise ImproperlyConfigured(
-                "django-redis's ShardClient spreads keys over several servers; "
-                "a lock needs one. Give locks a cache alias with DefaultClient."
-            )
-        result: redis.Redis = client.get_client(write=True)
-        return result
-    if isinstance(cache, DjangoRedisCache):
-        builtin: redis.Redis = cache._cache.get_client(write=True)
-        return builtin
-    raise ImproperlyConfigured(
-        f"{type(cache).__module__}.{type(cache).__qualname__} is not a Redis cache; "
-        "django_redis_lock needs django-redis or django.core.cache.backends.redis.RedisCache."
-    )
-
-
-def _async_client_for(client: redis.Redis) -> redis.asyncio.Redis:
-    """An asyncio client on the same server, database and credentials as ``client``."""
-    pool = client.connection_pool
-    connection_class, options = async_options(pool)
-    if isinstance(pool, SentinelConnectionPool):
-        manager = pool.sentinel_manager
-        addresses = [s.connection_pool.connection_kwargs for s in manager.sentinels]
-        sentinels = [(address["host"], address["port"]) for address in addresses]
-        sentinel = redis.asyncio.sentinel.Sentinel(  # type: ignore[no-untyped-call]
-            sentinels, sentinel_kwargs=manager.sentinel_kwargs, **options
-        )
-        master: redis.asyncio.Redis = sentinel.master_for(pool.service_name)
-        return master
-    async_pool = redis.asyncio.ConnectionPool(
-        connection_class=connection_class, max_connections=pool.max_connections, **options
-    )
-    return redis.asyncio.Redis(connection_pool=async_pool)
-
-
-def async_options(
-    pool: redis.ConnectionPool,
-) -> tuple[type[redis.asyncio.connection.AbstractConnection], dict[str, Any]]:
-    """The asyncio connection class and options that do what ``pool``'s connections do, or
-    ImproperlyConfigured naming what asyncio cannot do alike (never dropped silently)."""
-    # A Sentinel pool's connections find the primary themselves: asyncio's Sentinel does too.
-    sentinel = isinstance(pool, SentinelConnectionPool)
-    options: dict[str, Any] = {}
-    refused: list[str] = []
-    for key, value in pool.connection_kwargs.items():
-        if key in _PORTABLE_OPTIONS:
-            options[key] = value
-        elif key == "parser_class" and value.__name__ in _SYNC_PARSERS:
-            continue  # the default parsers: asyncio's own default does the same
-        elif not (key in _BOOKKEEPING or value is None or (sentinel and key == "connection_pool")):
-            refused.append(key)
-    connection_class = (
-        redis.asyncio.Connection
-        if sentinel and pool.connection_class is SentinelManagedConnection
-        else _ASYNC_CONNECTIONS.get(pool.connection_class)
-    )
-    if connection_class is None:
-        refused.append(f"connection_class={pool.connection_class.__qualname__}")
-    if refused:
-        raise ImproperlyConfigured(
-            f"Async locks cannot use the connection options {', '.join(sorted(refused))}: "
-            "redis-py's asyncio connections cannot do what they do. Give async locks a cache "
-            "alias of their own without them (REDIS_LOCK['CACHE'], or using=...)."
-        )
-    return connection_class or redis.asyncio.Connection, options
+            return await client.execute_command(*command)
+        except errors.NO_SCRIPT:
+            return await client.execute_command("EVAL", self.source, *command[2:])
 
 
 class LockBackend:
-    """Everything the lock core needs from one cache alias, built once per alias."""
+    """Everything the lock core needs from one cache alias, built once per alias (by
+    :func:`backend_for`): a single server, or a primary found through Sentinel."""
 
-    def __init__(self, alias: str) -> None:
-        if alias not in caches.settings:
-            raise ImproperlyConfigured(f"The cache alias {alias!r} (for locks) is not in CACHES.")
-        cache = caches[alias]
+    def __init__(self, alias: str, cache: BaseCache, client: Client) -> None:
         self.alias = alias
-        self.client = redis_client_for(cache)
+        #: The cache's raw client (redis-py's or valkey-py's), writing to the primary.
+        self.client = client
         self.namespace = lock_settings.KEY_NAMESPACE
         self._make_key = cache.make_key
         #: The lease a lock handed to a waiter starts with (REDIS_LOCK["HANDOVER_LEASE"]).
@@ -250,10 +108,10 @@ class LockBackend:
         #: Replicas that must acknowledge a grant (REDIS_LOCK["WAIT_REPLICAS"]; 0: no WAIT),
         #: and how long WAIT may take for them, in milliseconds.
         self.wait_replicas, self.wait_timeout_ms = lock_settings.replication()
-        self._async: dict[asyncio.AbstractEventLoop, redis.asyncio.Redis] = {}
+        self._async: dict[asyncio.AbstractEventLoop, Client] = {}
         self._async_mutex = threading.Lock()
         #: Whether the primary is found through Sentinel, and so may move.
-        self.sentinel = isinstance(self.client.connection_pool, SentinelConnectionPool)
+        self.sentinel = is_sentinel_pool(getattr(client, "connection_pool", None))
         self.keys_for = lru_cache(maxsize=4096)(self._keys_for)
         self._frame = self._key_frame()
 
@@ -313,7 +171,7 @@ class LockBackend:
         """Run one of the lock's scripts on the sync client; its reply."""
         try:
             return self._scripts[script].run(self.client, keys, args)
-        except redis.ConnectionError as exc:
+        except errors.CONNECTION as exc:
             if not _demoted(exc):
                 raise
         # The server is a replica now (it wrote nothing): once more, on the current primary.
@@ -327,10 +185,10 @@ class LockBackend:
         client = self.async_client()
         try:
             return await self._scripts[script].arun(client, keys, args)
-        except redis.ConnectionError as exc:
+        except errors.CONNECTION as exc:
             if not _demoted(exc):
                 raise
-        await client.connection_pool.get_master_address()  # type: ignore[attr-defined]
+        await client.connection_pool.get_master_address()
         return await self._scripts[script].arun(client, keys, args)
 
     def run_acked(
@@ -342,9 +200,9 @@ class LockBackend:
         for command in self._acked_commands(script, keys, args):
             pipe = self.client.pipeline(transaction=False)
             for part in command:
-                pipe.execute_command(*part)  # type: ignore[no-untyped-call]
+                pipe.execute_command(*part)
             results = pipe.execute(raise_on_error=False)
-            if not isinstance(results[0], NoScriptError):
+            if not isinstance(results[0], errors.NO_SCRIPT):
                 break
         return self._acknowledged(script, results)
 
@@ -358,7 +216,7 @@ class LockBackend:
             for part in command:
                 pipe.execute_command(*part)
             results = await pipe.execute(raise_on_error=False)
-            if not isinstance(results[0], NoScriptError):
+            if not isinstance(results[0], errors.NO_SCRIPT):
                 break
         return self._acknowledged(script, results)
 
@@ -392,7 +250,7 @@ class LockBackend:
         return reply
 
     def queue(
-        self, pipe: Any, script: ScriptName, keys: Sequence[str], args: Sequence[Any]
+        self, pipe: Any, script: ScriptName, keys: Sequence[str | bytes], args: Sequence[Any]
     ) -> None:
         """Queue a script in a pipeline (see :meth:`load`: a pipeline cannot load it)."""
         pipe.execute_command("EVALSHA", self._scripts[script].sha, len(keys), *keys, *args)
@@ -401,7 +259,19 @@ class LockBackend:
         """Make sure the server knows a script, before pipelines that run it."""
         self.client.script_load(self._scripts[script].source)
 
-    def async_client(self) -> redis.asyncio.Redis:
+    def read(self, keys: Sequence[str | bytes]) -> list[Any]:
+        """READ of ``keys`` (lock keys, any number) in one round trip: six values per key."""
+        return scripts.decode_read(self.run("read", keys, ()))
+
+    def check_async(self) -> None:
+        """ImproperlyConfigured when an asyncio client cannot do what the cache's client does
+        (without connecting)."""
+        async_options(self.client.connection_pool)
+
+    def _make_async_client(self) -> Client:
+        return async_client_for(self.client)
+
+    def async_client(self) -> Client:
         """The asyncio client for the running event loop (one per loop).
 
         Clients of loops that have closed (``asyncio.run`` and ``async_to_sync`` make one loop
@@ -412,8 +282,8 @@ class LockBackend:
         if client is None:
             with self._async_mutex:
                 for closed in [other for other in self._async if other.is_closed()]:
-                    _hang_up(self._async.pop(closed))
-                client = self._async[loop] = _async_client_for(self.client)
+                    hang_up(self._async.pop(closed))
+                client = self._async[loop] = self._make_async_client()
         return client
 
     def primary_address(self) -> tuple[str, int] | None:
@@ -426,13 +296,20 @@ class LockBackend:
         (redis-py's pool does that when the address it knows changes), and so do the async
         clients (:meth:`note_primary`).
         """
-        pool = self.client.connection_pool
-        if not isinstance(pool, SentinelConnectionPool):
+        if not self.sentinel:
             return None
-        host, port = pool.get_master_address()  # type: ignore[no-untyped-call]
+        pool = self.client.connection_pool
+        host, port = pool.get_master_address()
         address = (str(host), int(port))
         self.note_primary(address)
         return address
+
+    def close(self) -> None:
+        """Hang up the async clients of closed event loops: this backend is dropped (the
+        settings changed), and the others close with their loops."""
+        with self._async_mutex:
+            for loop in [loop for loop in self._async if loop.is_closed()]:
+                hang_up(self._async.pop(loop))
 
     def note_primary(self, address: tuple[str, int]) -> None:
         """The primary is at ``address`` now: hang up the async clients connected to another
@@ -441,11 +318,11 @@ class LockBackend:
             for loop, client in list(self._async.items()):
                 known = getattr(client.connection_pool, "master_address", None)
                 if known is not None and tuple(known) != address:
-                    _hang_up(self._async.pop(loop))
+                    hang_up(self._async.pop(loop))
 
-    def primaries(self) -> list[redis.Redis]:
-        """The servers whose keys a listing reads with SCAN: the one primary of a single
-        server or a Sentinel service (a cluster backend would give each of its primaries)."""
+    def primaries(self) -> list[Client]:
+        """The servers whose keys a listing reads with SCAN, always in the same order: the one
+        primary of a single server or a Sentinel service."""
         return [self.client]
 
     def pubsub_connection(self, read_timeout: float) -> Any:
@@ -455,25 +332,26 @@ class LockBackend:
         return pool.connection_class(**{**pool.connection_kwargs, "socket_timeout": read_timeout})
 
 
-def _demoted(error: redis.ConnectionError) -> bool:
+def backend_for(alias: str) -> LockBackend:
+    """The backend of cache ``alias``: a cluster's when its client is a cluster client."""
+    if alias not in caches.settings:
+        raise ImproperlyConfigured(f"The cache alias {alias!r} (for locks) is not in CACHES.")
+    cache = caches[alias]
+    try:  # a cluster client connects as it is made, to learn the nodes
+        client = client_for(cache)
+    except errors.CLIENT as exc:
+        raise LockUnavailable(f"Could not reach the Redis of cache {alias!r}: {exc}") from exc
+    if instance_of(client, *CLUSTER_CLIENTS):
+        from django_redis_lock.cluster import ClusterLockBackend
+
+        return ClusterLockBackend(alias, cache, client)
+    return LockBackend(alias, cache, client)
+
+
+def _demoted(error: Exception) -> bool:
     """Whether a Sentinel-managed connection failed because its server answered READONLY:
-    a primary demoted by a failover (redis-py hangs that connection up and raises this)."""
-    return isinstance(error.__context__, redis.ReadOnlyError)
-
-
-def _hang_up(client: redis.asyncio.Redis) -> None:
-    """Shut down the sockets of a client whose event loop is closed: nothing can be awaited
-    there, and left to the garbage collector the server keeps their connections meanwhile.
-    redis-py offers no synchronous way, so this reads its pool's and connections' attributes,
-    and does nothing where a redis-py version lacks them."""
-    pool = client.connection_pool
-    for attribute in ("_available_connections", "_in_use_connections"):
-        for connection in getattr(pool, attribute, ()):
-            writer = getattr(connection, "_writer", None)
-            sock = writer.get_extra_info("socket") if writer is not None else None
-            if sock is not None:
-                with contextlib.suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)
+    a primary demoted by a failover (the library hangs that connection up and raises this)."""
+    return isinstance(error.__context__, errors.READ_ONLY)
 
 
 def _tag(name: str) -> str:

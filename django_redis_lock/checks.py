@@ -9,9 +9,9 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
-from redis.sentinel import SentinelConnectionPool
 
 from django_redis_lock.backends import LockBackend
+from django_redis_lock.clients import SHARDING_CLIENTS, SUPPORTED_CACHES
 from django_redis_lock.conf import DEFAULTS
 from django_redis_lock.validation import (
     handover_lease_ms,
@@ -23,10 +23,7 @@ from django_redis_lock.validation import (
 # How long the replica check waits for the primary's answer at startup.
 _PROBE_SECONDS = 0.5
 
-_SUPPORTED_BACKENDS = (
-    "django_redis.cache.RedisCache",
-    "django.core.cache.backends.redis.RedisCache",
-)
+_CLUSTER_CACHE = "django_valkey.cluster_cache.cache.ClusterValkeyCache"
 
 
 @register(Tags.caches)
@@ -138,32 +135,58 @@ def _check_cache(alias: object) -> list[CheckMessage]:
         ]
     config = settings.CACHES[alias]
     backend = _import(config.get("BACKEND", ""))
-    if backend is None or not any(
-        issubclass(backend, supported)
-        for supported in filter(None, map(_import, _SUPPORTED_BACKENDS))
-    ):
+    if backend is None or not _subclass(backend, SUPPORTED_CACHES):
+        async_cache = _subclass(backend, ("django_valkey.async_cache.cache.AsyncValkeyCache",))
         return [
             Error(
-                f"The cache {alias!r} ({config.get('BACKEND')}) is not a Redis cache.",
-                hint="Use django-redis or django.core.cache.backends.redis.RedisCache, "
-                "for example as a cache alias of its own for locks.",
+                f"The cache {alias!r} ({config.get('BACKEND')}) is not a cache locks can use.",
+                hint="django-valkey's async cache has no sync client; give locks an alias of "
+                "django_valkey.cache.ValkeyCache (async locks work on it)."
+                if async_cache
+                else "Use django-redis, django.core.cache.backends.redis.RedisCache or "
+                "django-valkey, for example as a cache alias of its own for locks.",
                 id="django_redis_lock.E003",
             )
         ]
     client_path = config.get("OPTIONS", {}).get("CLIENT_CLASS")
     if client_path:
         client = _import(client_path)
-        shard = _import("django_redis.client.ShardClient")
-        if client is None or (shard is not None and issubclass(client, shard)):
+        if client is None or _subclass(client, SHARDING_CLIENTS):
             return [
                 Error(
                     f"The cache {alias!r} uses the client {client_path}, which locks cannot use.",
-                    hint="A lock needs all its keys on one server: use django-redis's "
-                    "DefaultClient, HerdClient or SentinelClient.",
+                    hint="A lock needs all its keys on one server: use the DefaultClient, "
+                    "HerdClient or SentinelClient of django-redis or django-valkey.",
                     id="django_redis_lock.E004",
                 )
             ]
+    if _subclass(backend, (_CLUSTER_CACHE,)):
+        return _check_cluster_timeout(alias, config) + _check_backend(alias)
     return _check_socket_timeout(alias, config) + _check_backend(alias)
+
+
+def _subclass(cls: Any, paths: tuple[str, ...]) -> bool:
+    """Whether ``cls`` is a subclass of a class at one of ``paths`` (those importable)."""
+    found = [c for c in map(_import, paths) if c is not None]
+    return isinstance(cls, type) and any(issubclass(cls, c) for c in found)
+
+
+def _check_cluster_timeout(alias: str, config: dict[str, Any]) -> list[CheckMessage]:
+    """django-valkey's cluster cache gives its client only OPTIONS["BASE_CLIENT_KWARGS"]: its
+    SOCKET_TIMEOUT option is ignored there."""
+    kwargs = config.get("OPTIONS", {}).get("BASE_CLIENT_KWARGS") or {}
+    if kwargs.get("socket_timeout"):
+        return []
+    return [
+        Warning(
+            f"The cluster cache {alias!r} sets no socket timeout for its client: a node that "
+            "stops answering makes lock calls, and the watchdog renewing held locks, wait "
+            "forever. django-valkey's cluster cache ignores OPTIONS 'SOCKET_TIMEOUT'.",
+            hint='Set OPTIONS "BASE_CLIENT_KWARGS": {"socket_timeout": 2, '
+            '"socket_connect_timeout": 2} (seconds; what your locks can afford).',
+            id="django_redis_lock.W007",
+        )
+    ]
 
 
 def _check_socket_timeout(alias: str, config: dict[str, Any]) -> list[CheckMessage]:
@@ -175,15 +198,14 @@ def _check_socket_timeout(alias: str, config: dict[str, Any]) -> list[CheckMessa
             f"The cache {alias!r} sets no socket timeout: with redis-py before 8 (or "
             "socket_timeout=None) a Redis that stops answering makes lock calls, and the "
             "watchdog renewing held locks, wait forever; redis-py 8 gives up after 5 s.",
-            hint='Set OPTIONS "SOCKET_TIMEOUT" (django-redis) or "socket_timeout" (Django\'s '
-            "RedisCache) to what your locks can afford, for example 1 to 5 seconds.",
+            hint='Set OPTIONS "SOCKET_TIMEOUT" (django-redis, django-valkey) or "socket_timeout" '
+            "(Django's RedisCache) to what your locks can afford, for example 1 to 5 seconds.",
             id="django_redis_lock.W003",
         )
     ]
 
 
 def _check_backend(alias: str) -> list[CheckMessage]:
-    from django_redis_lock.backends import async_options
     from django_redis_lock.runtime import runtime
 
     try:
@@ -201,7 +223,7 @@ def _check_backend(alias: str) -> list[CheckMessage]:
             )
         )
     try:
-        async_options(backend.client.connection_pool)
+        backend.check_async()
     except ImproperlyConfigured as exc:
         warnings.append(
             Warning(
@@ -217,7 +239,7 @@ def _check_replicas(backend: LockBackend) -> list[CheckMessage]:
     """W005: WAIT_REPLICAS asks for more replicas than the primary has (asked with a short
     timeout; a Redis that does not answer is not reported here); W006: Sentinel without it."""
     if not backend.wait_replicas:
-        if not isinstance(backend.client.connection_pool, SentinelConnectionPool):
+        if not backend.sentinel:
             return []
         return [
             Warning(

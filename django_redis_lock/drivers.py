@@ -16,8 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, NoReturn, TypeVar
 
-import redis
-
+from django_redis_lock import errors
 from django_redis_lock.backends import LockBackend
 from django_redis_lock.exceptions import LockNotReplicated, LockUnavailable
 from django_redis_lock.runtime import runtime
@@ -25,23 +24,25 @@ from django_redis_lock.steps import Call, Flow, Listen, Step, Wait
 from django_redis_lock.waiting import AsyncTicket, Listener, SyncTicket
 
 T = TypeVar("T")
+# What a script's step can fail with, thrown into the flow as _fail says.
+_SCRIPT_FAILURES: errors.ErrorTypes = (*errors.CLIENT, LockNotReplicated)
 
 
-def unavailable(what: str, error: redis.RedisError) -> LockUnavailable:
-    """The LockUnavailable a Redis error becomes (raise it ``from`` the error)."""
+def unavailable(what: str, error: Exception) -> LockUnavailable:
+    """The LockUnavailable a client error becomes (raise it ``from`` the error)."""
     return LockUnavailable(f"{what}: {error}")
 
 
 @contextmanager
 def redis_errors(what: str) -> Iterator[None]:
-    """Turn a Redis error inside the block into LockUnavailable (the cause chained)."""
+    """Turn a client error inside the block into LockUnavailable (the cause chained)."""
     try:
         yield
-    except redis.RedisError as exc:
+    except errors.CLIENT as exc:
         raise unavailable(what, exc) from exc
 
 
-def _fail(exc: redis.RedisError | LockNotReplicated, what: str) -> NoReturn:
+def _fail(exc: Exception, what: str) -> NoReturn:
     """Raise what a script's failure is thrown into the flow as: a Redis error as
     LockUnavailable (the error as its cause), a replica shortfall as it is, naming the lock."""
     if isinstance(exc, LockNotReplicated):
@@ -97,7 +98,7 @@ def drive(backend: LockBackend, flow: Flow[T], what: str) -> T:
                             reply = backend.run_acked(step.script, step.keys, step.args)
                         else:
                             reply = backend.run(step.script, step.keys, step.args)
-                    except (redis.RedisError, LockNotReplicated) as exc:  # into the flow
+                    except _SCRIPT_FAILURES as exc:  # into the flow
                         _fail(exc, what)
                 elif type(step) is Wait:
                     assert ticket is not None, "a flow waits only after it listens"
@@ -146,7 +147,7 @@ async def _steps(run: _Run, reply: Any, error: BaseException | None) -> Any:
                         reply = await backend.arun_acked(step.script, step.keys, step.args)
                     else:
                         reply = await backend.arun(step.script, step.keys, step.args)
-                except (redis.RedisError, LockNotReplicated) as exc:
+                except _SCRIPT_FAILURES as exc:
                     _fail(exc, run.what)
             elif type(step) is Wait:
                 assert ticket is not None, "a flow waits only after it listens"

@@ -16,8 +16,8 @@ from django_redis_lock.conf import lock_settings
 from django_redis_lock.drivers import redis_errors
 from django_redis_lock.lock import Lock
 from django_redis_lock.runtime import runtime
-from django_redis_lock.scripts import decode_read
 from django_redis_lock.validation import (
+    page_cursor,
     validate_cursor,
     validate_name,
     validate_pattern,
@@ -39,10 +39,13 @@ BATCH_SIZE = 500
 
 @dataclass(frozen=True)
 class LockPage:
-    """A page of held locks, and the cursor of the next page (0: none)."""
+    """A page of held locks, and the cursor of the next page ("": none).
+
+    The cursor is opaque text: hand it back to :meth:`LockManager.page` as it is.
+    """
 
     locks: list[LockInfo]
-    next_cursor: int
+    next_cursor: str
 
 
 @dataclass(frozen=True)
@@ -161,32 +164,38 @@ class LockManager:
         finally:
             _warn_skipped(skipped)
 
-    def page(self, pattern: str = "*", cursor: int = 0, size: int = 100) -> LockPage:
-        """One page of held locks matching ``pattern``, from SCAN ``cursor`` on.
+    def page(self, pattern: str = "*", cursor: str = "", size: int = 100) -> LockPage:
+        """One page of held locks matching ``pattern``, from ``cursor`` on ("": the first).
 
         Reads only as much of the keyspace as the page needs, so the first page of a million
         locks costs what the first page of ten does. Pages hold about ``size`` locks (SCAN
         gives no exact counts), fewer when a sparse match ends a page early;
-        ``next_cursor`` is 0 on the last page. Skips what :meth:`list` skips. The cursor is
-        one server's SCAN cursor (a backend of several primaries would need another).
+        ``next_cursor`` is "" on the last page. Skips what :meth:`list` skips. On a cluster
+        the pages go through its primaries one after the other.
         """
         match = self._backend.scan_pattern(validate_pattern(pattern))
-        cursor = validate_cursor(cursor)
+        server, scan_cursor = validate_cursor(cursor)
         found: InfoList = []
         skipped = 0
         with redis_errors("Could not list locks"):
-            count = size
+            servers, count = self._backend.primaries(), size
             for _ in range(_MAX_SCANS_PER_PAGE):
-                cursor, keys = self._backend.client.scan(cursor, match=match, count=count)
+                if server >= len(servers):
+                    break
+                scan_cursor, keys = servers[server].scan(scan_cursor, match=match, count=count)
                 count = min(count * 2, 10 * BATCH_SIZE)  # read faster where matches are sparse
                 if keys:
                     infos, unreadable = self._fetch_keys(keys)
                     found.extend(infos)
                     skipped += unreadable
-                if cursor == 0 or len(found) >= size:
+                if scan_cursor == 0:
+                    server += 1
+                if server >= len(servers) or len(found) >= size:
                     break
         _warn_skipped(skipped)
-        return LockPage(sorted(found, key=lambda info: info.name), int(cursor))
+        more = server < len(servers)
+        next_cursor = page_cursor(server, int(scan_cursor)) if more else ""
+        return LockPage(sorted(found, key=lambda info: info.name), next_cursor)
 
     def _batches(self, pattern: str) -> Iterator[tuple[InfoList, int]]:
         """The held locks matching ``pattern`` and how many were skipped, a SCAN batch at a
@@ -221,7 +230,7 @@ class LockManager:
         """The held locks among ``keys`` (named ``names``; None: a key no lock reaches) in one
         round trip, and how many held ones cannot be shown truthfully."""
         with redis_errors("Could not read locks"):  # bytes keys (not UTF-8) go out as they are
-            values = decode_read(self._backend.run("read", keys, ()))
+            values = self._backend.read(keys)
         found: InfoList = []
         skipped = 0
         for i, name in enumerate(names):

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
-from django_redis_lock.backends import LockBackend
+from django_redis_lock.backends import LockBackend, backend_for
 from django_redis_lock.conf import lock_settings
 from django_redis_lock.validation import MAX_OWNER_LENGTH, shorten
 from django_redis_lock.waiting import Listener
@@ -45,7 +45,7 @@ class Runtime:
     def backend(self, alias: str | None = None) -> LockBackend:
         """The connection to the Redis of cache ``alias`` (None: the REDIS_LOCK CACHE)."""
         alias = lock_settings.CACHE if alias is None else alias
-        return self._once(self._backends, alias, LockBackend)
+        return self._once(self._backends, alias, backend_for)
 
     def listener(self, backend: LockBackend) -> Listener:
         """This process's listener for grants on ``backend`` (its thread starts on demand)."""
@@ -77,6 +77,8 @@ class Runtime:
         with self._mutex:
             for listener in self._listeners.values():
                 listener.stop()
+            for backend in self._backends.values():
+                backend.close()
             self._listeners.clear()
             self._backends.clear()
 

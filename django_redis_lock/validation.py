@@ -8,6 +8,7 @@ loses nothing and says why.
 from __future__ import annotations
 
 import math
+import re
 
 #: The longest lock name accepted, in characters.
 MAX_NAME_LENGTH = 1024
@@ -21,6 +22,8 @@ MIN_TIMEOUT = 0.001
 MAX_TIMEOUT = 365 * 24 * 3600
 #: SCAN cursors are unsigned 64-bit numbers.
 MAX_CURSOR = 2**64 - 1
+# A page cursor: which primary (of a cluster's, in slot order), and where SCAN stands on it.
+_CURSOR = re.compile(r"([0-9]{1,5})-([0-9]{1,20})", re.ASCII)
 
 
 def _text(value: object, what: str, limit: int) -> str:
@@ -176,8 +179,22 @@ def validate_pattern(pattern: object) -> str:
     return pattern
 
 
-def validate_cursor(cursor: object) -> int:
-    """``cursor`` if it is a SCAN cursor: a whole number from 0 to MAX_CURSOR."""
-    if isinstance(cursor, bool) or not isinstance(cursor, int) or not 0 <= cursor <= MAX_CURSOR:
-        raise ValueError(f"A SCAN cursor is a whole number from 0 to 2**64-1, not {cursor!r}.")
-    return cursor
+def validate_cursor(cursor: object) -> tuple[int, int]:
+    """The server (an index into the backend's primaries) and SCAN cursor a page cursor
+    stands for: ``""`` for the first page, else a ``LockPage.next_cursor``."""
+    if not isinstance(cursor, str):
+        raise TypeError(
+            f"A page cursor is a str: '' for the first page, then the next_cursor of the page "
+            f"before; not {cursor!r}."
+        )
+    if cursor == "":
+        return 0, 0
+    found = _CURSOR.fullmatch(cursor)
+    if found is None or int(found[2]) > MAX_CURSOR:
+        raise ValueError(f"{shorten(repr(cursor), 80)} is not a page cursor of this library.")
+    return int(found[1]), int(found[2])
+
+
+def page_cursor(server: int, scan_cursor: int) -> str:
+    """The page cursor of SCAN ``scan_cursor`` on the ``server``-th primary."""
+    return f"{server}-{scan_cursor}"

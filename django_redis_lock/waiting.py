@@ -26,8 +26,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-import redis
-
+from django_redis_lock import errors
 from django_redis_lock.backends import LockBackend, LockKeys
 from django_redis_lock.exceptions import LockNotReplicated, LockUnavailable
 from django_redis_lock.steps import Call, Flow, Listen, Wait
@@ -254,12 +253,10 @@ class Listener:
                 self._check_primary(connection)
             try:
                 reply = connection.read_response(disconnect_on_error=False, push_request=True)
-            except redis.TimeoutError:
+            except errors.TIMEOUT:
                 now = time.monotonic()
                 if pinged is not None and now - pinged > _HEALTH_SECONDS:
-                    raise redis.ConnectionError(
-                        "no answer to PING on the wake-up channel"
-                    ) from None
+                    raise ConnectionError("no answer to PING on the wake-up channel") from None
                 if pinged is None and now - heard > _HEALTH_SECONDS:
                     connection.send_command("PING")
                     pinged = now
@@ -280,7 +277,7 @@ class Listener:
         connection reaches (sentinels that do not answer change nothing)."""
         try:
             address = self._backend.primary_address()
-        except redis.RedisError as exc:
+        except errors.CLIENT as exc:
             logger.debug("Sentinel did not say where the Redis primary is: %s", exc)
             return
         if address is not None and address != (connection.host, int(connection.port)):

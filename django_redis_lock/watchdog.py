@@ -31,8 +31,7 @@ import time
 import weakref
 from typing import TYPE_CHECKING
 
-import redis
-
+from django_redis_lock import errors
 from django_redis_lock.backends import LockBackend, LockKeys
 from django_redis_lock.conf import lock_settings
 
@@ -289,7 +288,7 @@ class Watchdog:
             return
         try:
             leave.backend.run(leave.script, leave.keys.all, leave.args)
-        except redis.ResponseError as exc:  # Redis answered: there is nothing to wait for
+        except errors.RESPONSE as exc:  # Redis answered: there is nothing to wait for
             logger.warning("Could not settle an interrupted lock call: %s", exc)
         except Exception as exc:  # Redis still away (or another client library's error)
             if now < leave.give_up:

@@ -182,6 +182,17 @@ def listen(alias: str | None = None, url: str | None = None) -> None:
         wait_until(lambda: client.pubsub_numsub(listener.channel)[0][1], timeout=5)
 
 
+def held_past_first_lease(name: str) -> Lock:
+    """A lock with a 0.5 s lease, acquired and held past that lease: the watchdog renewed it
+    (asserted); the caller releases it."""
+    held = lock(name, timeout=0.5)
+    assert held.acquire()
+    started = time.monotonic()
+    wait_until(lambda: time.monotonic() - started > 0.9)  # past the first lease
+    assert held.owned()
+    return held
+
+
 def keys(name: str, using: str | None = None) -> LockKeys:
     """The Redis keys of the lock ``name`` on cache ``using``, as the package computes them."""
     return runtime().backend(using).keys_for(name)

@@ -8,6 +8,7 @@ import pytest
 from django.core.checks import run_checks
 from django.test import override_settings
 
+from django_redis_lock.checks import check_settings
 from testproject.settings import build_caches
 
 
@@ -43,6 +44,29 @@ def test_e004_unsupported_client(redis_url: str) -> None:
     caches["default"]["OPTIONS"]["CLIENT_CLASS"] = "django_redis.client.ShardClient"
     caches["default"]["LOCATION"] = [redis_url]
     assert _ids(CACHES=caches) == ["django_redis_lock.E004"]
+
+
+def test_valkey_caches(redis_url: str) -> None:
+    caches = build_caches(redis_url)
+    valkey_url = redis_url.replace("redis://", "valkey://")
+    caches["default"] = {
+        "BACKEND": "django_valkey.cache.ValkeyCache",
+        "LOCATION": valkey_url,
+        "OPTIONS": {"SOCKET_TIMEOUT": 1},
+    }
+    assert _ids(CACHES=caches) == []
+    caches["default"]["OPTIONS"]["CLIENT_CLASS"] = "django_valkey.client.ShardClient"
+    assert _ids(CACHES=caches) == ["django_redis_lock.E004"]
+    caches["default"] = {
+        "BACKEND": "django_valkey.async_cache.cache.AsyncValkeyCache",
+        "LOCATION": valkey_url,
+    }
+    # Only this package's checks: Django's own would open the async cache, and closing it
+    # at the settings' change needs an event loop.
+    with override_settings(CACHES=caches):
+        refused = check_settings()
+    assert [message.id for message in refused] == ["django_redis_lock.E003"]
+    assert "ValkeyCache" in str(refused[0].hint)
 
 
 @pytest.mark.parametrize("key", ["TIMEOUT", "TOMBSTONE_TIMEOUT"])

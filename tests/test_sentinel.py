@@ -1,6 +1,7 @@
 """Locks on Redis Sentinel: one primary, two replicas and three sentinels started here, reached
-through django-redis's SentinelClient and through Django's RedisCache with redis-py's
-SentinelConnectionPool, before and after a failover and a SIGKILL of the primary."""
+through django-redis's SentinelClient, Django's RedisCache with redis-py's
+SentinelConnectionPool and django-valkey's SentinelClient, before and after a failover and a
+SIGKILL of the primary."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from django_redis_lock import LockError, LockUnavailable, get_lock_manager, lock
 from django_redis_lock.runtime import runtime
 from testproject.redis_server import find_redis_server
 from testproject.topology import SentinelTopology
-from tests.helpers import SyncDriver, keys, start, wait_until
+from tests.helpers import SyncDriver, held_past_first_lease, keys, start, wait_until
 
 # One topology per worker: the group keeps this module's tests on one xdist worker.
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("sentinel")]
@@ -46,6 +47,21 @@ def sentinel_caches(sentinels: list[tuple[str, int]], kind: str) -> dict[str, An
                 "OPTIONS": {
                     "CLIENT_CLASS": "django_redis.client.SentinelClient",
                     "CONNECTION_FACTORY": "django_redis.pool.SentinelConnectionFactory",
+                    "SENTINELS": sentinels,
+                    "SENTINEL_KWARGS": {"socket_timeout": 0.5},
+                    "SOCKET_CONNECT_TIMEOUT": 1,
+                    "SOCKET_TIMEOUT": 1,
+                },
+            }
+        }
+    if kind == "django-valkey":
+        return {
+            "default": {
+                "BACKEND": "django_valkey.cache.ValkeyCache",
+                "LOCATION": f"valkey://{SERVICE}/0",
+                "OPTIONS": {
+                    "CLIENT_CLASS": "django_valkey.client.SentinelClient",
+                    "CONNECTION_FACTORY": "django_valkey.pool.SentinelConnectionFactory",
                     "SENTINELS": sentinels,
                     "SENTINEL_KWARGS": {"socket_timeout": 0.5},
                     "SOCKET_CONNECT_TIMEOUT": 1,
@@ -84,7 +100,7 @@ def topology() -> Iterator[SentinelTopology]:
         yield started
 
 
-@pytest.fixture(params=["django-redis", "builtin"])
+@pytest.fixture(params=["django-redis", "builtin", "django-valkey"])
 def on_sentinel(request: pytest.FixtureRequest, topology: SentinelTopology) -> Iterator[str]:
     """The "default" cache on the topology, through each client in turn; the topology made
     whole and emptied afterwards."""
@@ -177,11 +193,7 @@ def runtime_waiters(name: str) -> int:
 
 @pytest.mark.usefixtures("on_sentinel")
 def test_watchdog_renews(topology: SentinelTopology) -> None:
-    held = lock("sentinel:renewed", timeout=0.5)
-    assert held.acquire()
-    started = time.monotonic()
-    wait_until(lambda: time.monotonic() - started > 0.8)  # past the first lease
-    assert held.owned()
+    held = held_past_first_lease("sentinel:renewed")
     assert on_primary(topology, "sentinel:renewed")
     held.release()
 

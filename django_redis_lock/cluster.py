@@ -1,0 +1,119 @@
+"""Locks on a Redis Cluster (or Valkey cluster): django-valkey's ``ClusterValkeyCache``.
+
+The lock's scripts run there unchanged: every key of a lock carries the same hash tag, so a
+script's keys share a slot, and the cluster client sends it to the primary of that slot
+(following MOVED after a failover, and reloading a script a promoted replica does not know).
+What differs from one server:
+
+- listing reads every primary with SCAN, in slot order, and READs keys one per command (a
+  script's keys must share a slot), pipelined per node;
+- grants are PUBLISHed classically, which the cluster bus carries to every node, so the
+  listener subscribes on any one node and moves to another when that one fails;
+- the asyncio client is a cluster client of its own, built from the sync one's nodes and
+  options (django-valkey has none for a cluster);
+- ``WAIT`` cannot go in one pipeline with a script here (a cluster pipeline sends a keyless
+  command to a node of its choosing), so REDIS_LOCK["WAIT_REPLICAS"] is refused.
+"""
+
+from __future__ import annotations
+
+import importlib
+import itertools
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from django.core.cache import BaseCache
+from django.core.exceptions import ImproperlyConfigured
+
+from django_redis_lock import errors, scripts
+from django_redis_lock.backends import LockBackend
+from django_redis_lock.clients import Client, library_of, portable_options, refuse_async
+
+# The number of hash slots of a cluster.
+_SLOTS = 16384
+# Options of the sync cluster client's connections that the asyncio cluster client sets by
+# itself, or that are sync-only plumbing: not the user's choices.
+_CLUSTER_PLUMBING = frozenset(
+    {"host", "port", "retry", "redis_connect_func", "valkey_connect_func", "connection_class"}
+)
+
+
+class ClusterLockBackend(LockBackend):
+    """A :class:`LockBackend` over a cluster client (valkey-py's ``ValkeyCluster``)."""
+
+    def __init__(self, alias: str, cache: BaseCache, client: Client) -> None:
+        super().__init__(alias, cache, client)
+        if self.wait_replicas:
+            raise ImproperlyConfigured(
+                f"REDIS_LOCK['WAIT_REPLICAS'] cannot be used with the cluster cache {alias!r}: "
+                "a cluster pipeline cannot send WAIT to the node that ran the lock's script. "
+                "Set it to 0 for cluster caches (see the README, Redis Cluster and Valkey)."
+            )
+        self._subscribe_at = itertools.count()
+        self._nodes_mutex = threading.Lock()
+
+    def read(self, keys: Sequence[str | bytes]) -> list[Any]:
+        """READ of ``keys``, one key per command (keys of other slots cannot share a script),
+        pipelined: the cluster client sends each node its own in one round trip."""
+        for attempt in range(2):
+            pipe = self.client.pipeline(transaction=False)
+            for key in keys:
+                self.queue(pipe, "read", [key], ())
+            replies = pipe.execute(raise_on_error=False)
+            if attempt or not any(isinstance(reply, errors.NO_SCRIPT) for reply in replies):
+                break
+            self.load("read")  # a promoted replica, or a restarted node, lost the script
+        values: list[Any] = []
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+            values += scripts.decode_read(reply)
+        return values
+
+    def check_async(self) -> None:
+        _async_cluster_options(self.client)
+
+    def _make_async_client(self) -> Client:
+        options = _async_cluster_options(self.client)
+        aio = importlib.import_module(f"{library_of(self.client).__name__}.asyncio.cluster")
+        nodes = [aio.ClusterNode(node.host, node.port) for node in self.client.get_nodes()]
+        # The asyncio twin of the sync cluster class has its name (ValkeyCluster).
+        return getattr(aio, type(self.client).__name__)(startup_nodes=nodes, **options)
+
+    def primaries(self) -> list[Client]:
+        """A client of each primary, in the order of the first slot each serves: the order
+        stays the same when a replica takes over its primary's slots."""
+        first: dict[str, int] = {}
+        for slot, nodes in self.client.nodes_manager.slots_cache.items():
+            if nodes and slot < first.get(nodes[0].name, _SLOTS):
+                first[nodes[0].name] = slot
+        primaries = sorted(self.client.get_primaries(), key=lambda n: first.get(n.name, _SLOTS))
+        return [self.client.get_valkey_connection(node) for node in primaries]
+
+    def pubsub_connection(self, read_timeout: float) -> Any:
+        """A connection of its own to a node of the cluster, the next one each time: classic
+        pub/sub messages reach every node, and a listener whose node failed moves on."""
+        with self._nodes_mutex:
+            nodes = sorted(self.client.get_nodes(), key=lambda node: node.name)
+            node = nodes[next(self._subscribe_at) % len(nodes)]
+            pool = self.client.get_valkey_connection(node).connection_pool
+        return pool.connection_class(**{**pool.connection_kwargs, "socket_timeout": read_timeout})
+
+
+def _async_cluster_options(client: Client) -> dict[str, Any]:
+    """The options of an asyncio cluster client that does what ``client``'s connections do,
+    or ImproperlyConfigured naming what it cannot do alike."""
+    kwargs = client.nodes_manager.connection_kwargs
+    options, refused = portable_options(
+        {key: value for key, value in kwargs.items() if key not in _CLUSTER_PLUMBING}
+    )
+    if kwargs.get("connection_class", None) not in (None, library_of(client).Connection):
+        if kwargs["connection_class"] is getattr(library_of(client), "SSLConnection", None):
+            options["ssl"] = True
+        else:
+            refused.append(f"connection_class={kwargs['connection_class'].__qualname__}")
+    options.pop("path", None)
+    options.pop("db", None)
+    refuse_async(refused)
+    return options
