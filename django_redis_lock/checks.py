@@ -11,7 +11,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
 from django_redis_lock.backends import LockBackend
-from django_redis_lock.clients import SHARDING_CLIENTS, SUPPORTED_CACHES
+from django_redis_lock.clients import SHARDING_CLIENTS, SUPPORTED_CACHES, subclass_of
 from django_redis_lock.conf import DEFAULTS
 from django_redis_lock.validation import (
     handover_lease_ms,
@@ -135,8 +135,8 @@ def _check_cache(alias: object) -> list[CheckMessage]:
         ]
     config = settings.CACHES[alias]
     backend = _import(config.get("BACKEND", ""))
-    if backend is None or not _subclass(backend, SUPPORTED_CACHES):
-        async_cache = _subclass(backend, ("django_valkey.async_cache.cache.AsyncValkeyCache",))
+    if backend is None or not subclass_of(backend, *SUPPORTED_CACHES):
+        async_cache = subclass_of(backend, "django_valkey.async_cache.cache.AsyncValkeyCache")
         return [
             Error(
                 f"The cache {alias!r} ({config.get('BACKEND')}) is not a cache locks can use.",
@@ -151,7 +151,7 @@ def _check_cache(alias: object) -> list[CheckMessage]:
     client_path = config.get("OPTIONS", {}).get("CLIENT_CLASS")
     if client_path:
         client = _import(client_path)
-        if client is None or _subclass(client, SHARDING_CLIENTS):
+        if client is None or subclass_of(client, *SHARDING_CLIENTS):
             return [
                 Error(
                     f"The cache {alias!r} uses the client {client_path}, which locks cannot use.",
@@ -160,15 +160,9 @@ def _check_cache(alias: object) -> list[CheckMessage]:
                     id="django_redis_lock.E004",
                 )
             ]
-    if _subclass(backend, (_CLUSTER_CACHE,)):
+    if subclass_of(backend, _CLUSTER_CACHE):
         return _check_cluster_timeout(alias, config) + _check_backend(alias)
     return _check_socket_timeout(alias, config) + _check_backend(alias)
-
-
-def _subclass(cls: Any, paths: tuple[str, ...]) -> bool:
-    """Whether ``cls`` is a subclass of a class at one of ``paths`` (those importable)."""
-    found = [c for c in map(_import, paths) if c is not None]
-    return isinstance(cls, type) and any(issubclass(cls, c) for c in found)
 
 
 def _check_cluster_timeout(alias: str, config: dict[str, Any]) -> list[CheckMessage]:

@@ -19,7 +19,6 @@ from typing import Any
 from django.core.cache import BaseCache
 from django.core.cache.backends.redis import RedisCache as DjangoRedisCache
 from django.core.exceptions import ImproperlyConfigured
-from django.utils.module_loading import import_string
 
 #: A client of redis-py or valkey-py (``redis.Redis``, ``valkey.Valkey``, or a cluster client):
 #: the two libraries share their interface but not their classes.
@@ -95,17 +94,19 @@ _SYNC_PARSERS = frozenset(
 _PORTABLE_CONNECTIONS = ("Connection", "SSLConnection", "UnixDomainSocketConnection")
 
 
+def subclass_of(cls: object, *paths: str) -> bool:
+    """Whether ``cls`` is one of the classes named by ``paths`` (module and qualified name
+    where it is defined), or a subclass of one. Names are compared, nothing is imported:
+    importing django-valkey replaces Django's cache-closing signal receiver, which a project
+    that has it installed without using it must not get from us."""
+    if not isinstance(cls, type):
+        return False
+    return any(f"{base.__module__}.{base.__qualname__}" in paths for base in cls.__mro__)
+
+
 def instance_of(value: object, *paths: str) -> bool:
-    """Whether ``value`` is an instance of one of the classes at ``paths`` (a class whose
-    package is not installed cannot be the class of anything)."""
-    for path in paths:
-        try:
-            cls = import_string(path)
-        except ImportError:
-            continue
-        if isinstance(value, cls):
-            return True
-    return False
+    """Whether ``value`` is an instance of one of the classes named by ``paths``."""
+    return subclass_of(type(value), *paths)
 
 
 #: The cache backends locks can use, and the clients of theirs that keep a lock on one server.
@@ -115,7 +116,10 @@ SUPPORTED_CACHES = (
     "django_valkey.cache.ValkeyCache",
     "django_valkey.cluster_cache.cache.ClusterValkeyCache",
 )
-SHARDING_CLIENTS = ("django_redis.client.ShardClient", "django_valkey.client.ShardClient")
+SHARDING_CLIENTS = (
+    "django_redis.client.sharded.ShardClient",
+    "django_valkey.client.sharded.ShardClient",
+)
 CLUSTER_CLIENTS = ("valkey.cluster.ValkeyCluster",)
 SENTINEL_POOLS = (
     "redis.sentinel.SentinelConnectionPool",

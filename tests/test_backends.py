@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import re
+import subprocess
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -196,3 +199,21 @@ def test_clients_of_closed_event_loops_do_not_pile_up(redis_client: redis.Redis)
     for _ in range(20):
         asyncio.run(cycle())
     assert len(redis_client.client_list()) <= before + 1
+
+
+def test_django_valkey_is_not_imported_unless_a_cache_uses_it(redis_url: str) -> None:
+    # Importing it replaces Django's cache-closing receiver (django-valkey 0.4.0): a project
+    # on django-redis that merely has it installed must not get that from the lock.
+    script = (
+        "import sys, django; django.setup()\n"
+        "from django.core.checks import run_checks; run_checks()\n"
+        "from django_redis_lock import lock, get_lock_manager\n"
+        "with lock('import-check', blocking=False): list(get_lock_manager().list())\n"
+        "print(sorted(m for m in sys.modules if m.startswith('django_valkey')))\n"
+    )
+    env = {**os.environ, "REDIS_URL": redis_url, "DJANGO_SETTINGS_MODULE": "testproject.settings"}
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]"
