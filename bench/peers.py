@@ -17,7 +17,8 @@ tables give the medians of the repeats.
   internals not counted);
 - the ``@locked`` overhead on a view, Redis memory per held lock, (from bench/listing.py)
   ``locks list`` and the admin's first page with 100,000 held locks, and (from
-  bench/replicas.py) what ``WAIT_REPLICAS = 1`` adds to a cycle.
+  bench/replicas.py) what ``WAIT_REPLICAS = 1`` adds to a cycle, and (from bench/cluster.py)
+  the cycle and the handoff gap on a Redis Cluster.
 
 ``--write`` writes docs/benchmarks.rst and docs/benchmarks.png.
 """
@@ -689,6 +690,9 @@ def main() -> None:
     import replicas
 
     replica_rows = replicas.measure(options.cycles, options.repeats)
+    import cluster
+
+    cluster_rows = cluster.measure(options.cycles, options.repeats)
     body = tables(results, view, memory)
     machine = (
         f"{os.cpu_count()} cores, {platform.platform()}, Python {platform.python_version()}, "
@@ -723,6 +727,13 @@ def main() -> None:
             "From bench/replicas.py, on a primary and one replica of its own:",
             "",
             *[f"- {row}" for row in replica_rows],
+            "",
+            "Redis Cluster",
+            "-------------",
+            "",
+            "From bench/cluster.py, on a cluster of its own (three primaries with a replica each):",
+            "",
+            *[f"- {row}" for row in cluster_rows],
             "",
             NOTES,
         ]
