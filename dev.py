@@ -220,7 +220,7 @@ def tested_versions() -> str:
 
 # Workers the suite runs in (pytest-xdist), each with a redis-server of its own: the tests
 # spend most of their time waiting on Redis, subprocesses, a browser and leases, not on a
-# core, so three keep two cores busy (about 26 s here, against 31 s with two and 62 s with one).
+# core, so three keep two cores busy.
 TEST_WORKERS = "3"
 
 
@@ -228,27 +228,17 @@ def run_test(args: Sequence[str]) -> int:
     """python -m pytest ARGS in the repository, in TEST_WORKERS workers unless ARGS say how
     many (-n, --numprocesses, or -p no:xdist); pytest's exit status.
 
-    Without ARGS the Sentinel topology tests run first, in a pytest of their own, then the
-    rest: beside the other workers' servers their sentinels have been seen to drop connections
-    (the cause is not found yet; see the closing note of issue 11). The whole suite's summary
-    comes last."""
+    ``--dist loadfile`` keeps each module's tests on one worker, so a module's topology (a
+    Sentinel deployment, a cluster, a Celery worker) starts once. (``loadgroup`` would do it
+    per group, but pytest 9.2 ignores the node ids pytest-xdist 3.8 rewrites for it: its
+    groups were silently spread over the workers.)"""
     os.chdir(ROOT)
     say(f"testing with {tested_versions()}")
-    runs = [list(args)]
-    if not args:
-        runs = [[SENTINEL_TESTS], [f"--ignore={SENTINEL_TESTS}"]]
-    status = 0
-    for run in runs:
-        if not any(arg.startswith(("-n", "--numprocesses", "no:xdist")) for arg in run):
-            # loadgroup: the tests of one xdist_group (a Sentinel topology) share one worker.
-            run = ["-n", TEST_WORKERS, "--dist", "loadgroup", *run]
-        say(f"running: python -m pytest {' '.join(run)}".rstrip())
-        code = subprocess.run([sys.executable, "-m", "pytest", *run], check=False).returncode
-        status = status or code  # both runs go on, whatever the first one's outcome
-    return status
-
-
-SENTINEL_TESTS = "tests/test_sentinel.py"
+    run = list(args)
+    if not any(arg.startswith(("-n", "--numprocesses", "no:xdist")) for arg in run):
+        run = ["-n", TEST_WORKERS, "--dist", "loadfile", *run]
+    say(f"running: python -m pytest {' '.join(run)}".rstrip())
+    return subprocess.run([sys.executable, "-m", "pytest", *run], check=False).returncode
 
 
 def run_test_oldest(args: Sequence[str]) -> int:

@@ -25,8 +25,8 @@ from django_redis_lock.runtime import runtime
 from testproject.cluster import ClusterTopology
 from tests.helpers import SyncDriver, held_past_first_lease, keys, start, wait_until
 
-# One cluster per worker: the group keeps this module's tests on one xdist worker.
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("cluster")]
+# One cluster for the module (xdist's --dist loadfile keeps a module's tests on one worker).
+pytestmark = pytest.mark.slow
 
 CHANGELIST = "/admin/django_redis_lock/lock/"
 

@@ -29,8 +29,8 @@ from testproject.redis_server import find_redis_server
 from testproject.topology import SentinelTopology
 from tests.helpers import SyncDriver, held_past_first_lease, keys, start, wait_until
 
-# One topology per worker: the group keeps this module's tests on one xdist worker.
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("sentinel")]
+# One topology for the module (xdist's --dist loadfile keeps a module's tests on one worker).
+pytestmark = pytest.mark.slow
 
 # Not "mymaster": django-redis keeps its pools per URL for the whole process.
 SERVICE = "locks-sentinel"
