@@ -222,7 +222,13 @@ def test_primary_killed(on_cluster: ClusterTopology) -> None:
         # Calls on the failed slots answer within their bounds, held or refused.
         began = time.monotonic()
         with contextlib.suppress(LockUnavailable):
-            lock(victim, blocking=False).acquire()
+            lock(victim, blocking=False, timeout=1, auto_renew=False).acquire()
+
+        async def attempt() -> None:
+            with contextlib.suppress(LockUnavailable):
+                await lock(victim, blocking=False, timeout=1, auto_renew=False).aacquire()
+
+        asyncio.run(attempt())
         assert time.monotonic() - began < 10
         new = wait_until(lambda: _new_primary(on_cluster, key, old.port), timeout=20, step=0.1)
         assert new.port != old.port
@@ -239,6 +245,12 @@ def test_primary_killed(on_cluster: ClusterTopology) -> None:
         assert got is True
         assert at - released < 1
         waiting.release()
+
+        async def main() -> int:  # async code too, through its own cluster client
+            async with lock(victim, timeout=10, auto_renew=False):
+                return holder_of(on_cluster, victim)
+
+        assert asyncio.run(main()) == new.port
     finally:
         on_cluster.restart(old)
 
