@@ -5,7 +5,8 @@ holders' sections intersecting in time, as the store saw them), stale writes acc
 whose token is below one the store accepted before: never allowed), late writes accepted (a
 write accepted after another worker had started its section: a paused holder's), lost updates
 (accepted increments missing from the counter), LockUnavailable counts, time to recover (from
-a fault's end, or a holder fault's start, to the next section of another worker) and hangs
+a fault's end, or a holder fault's start, to the next section of another worker), the longest
+pause (a stretch with no accepted section in progress that meets a fault) and hangs
 (a worker without a record for longer than a pass may take, faults included, or that did not
 stop when told).
 """
@@ -17,7 +18,7 @@ import re
 from dataclasses import dataclass, field
 
 from faults.scenarios import BLOCKING_TIMEOUT, WORK, Outcome
-from faults.store import Section, Store
+from faults.store import Fault, Section, Store
 
 HOLDER_FAULTS = ("holder-kill", "holder-stop")
 # A worker's records may be this much further apart than a pass's bound before it is a hang.
@@ -43,6 +44,7 @@ class Result:
     lost: int = 0
     errors: list[str] = field(default_factory=list)
     recoveries: list[float | None] = field(default_factory=list)
+    pauses: list[float | None] = field(default_factory=list)
     hangs: int = 0
     violations: list[str] = field(default_factory=list)
 
@@ -104,9 +106,25 @@ def check(outcome: Outcome) -> Result:
             if s.start >= after and (victim is None or s.pid != int(victim[1]))
         ]
         result.recoveries.append(min(starts) - after if starts else None)
+        result.pauses.append(pause(accepted, fault))
     result.hangs = len(outcome.hung_at_stop) + _gaps(outcome, sections, events)
     result.violations = _violations(result)
     return result
+
+
+def pause(accepted: list[Section], fault: Fault) -> float | None:
+    """The longest stretch in which no accepted section was in progress, among those that
+    meet [fault.start, fault.end]; None when no section started after the fault began."""
+    ordered = sorted(accepted, key=lambda s: s.start)
+    if not ordered or ordered[-1].start < fault.start:
+        return None
+    longest = 0.0
+    busy_until = ordered[0].end  # the latest end of the sections started so far
+    for section in ordered[1:]:
+        if busy_until < section.start and busy_until <= fault.end and section.start >= fault.start:
+            longest = max(longest, section.start - busy_until)
+        busy_until = max(busy_until, section.end)
+    return longest
 
 
 def _gaps(outcome: Outcome, sections: list[Section], events: list[object]) -> int:
@@ -144,6 +162,9 @@ def _violations(result: Result) -> list[str]:
         found.append(f"{result.hangs} hangs")
     if result.errors:
         found.append(f"{len(result.errors)} unexpected errors ({result.errors[0]})")
+    for seconds in result.pauses:
+        if seconds is not None and scenario.max_pause is not None and seconds > scenario.max_pause:
+            found.append(f"pause {seconds:.2f} s > {scenario.max_pause:g} s")
     for seconds in result.recoveries:
         if seconds is None:
             found.append("no section after a fault")
@@ -163,6 +184,7 @@ COLUMNS = (
     "unavail.",
     "rel. failed",
     "recovery s",
+    "pause s",
     "hangs",
     "verdict",
 )
@@ -175,6 +197,7 @@ def row(result: Result) -> list[str]:
     recovery = f"{max(recoveries):.2f}" if recoveries else "-"
     if missing:
         recovery += f" ({missing} none)"
+    pauses = [p for p in result.pauses if p is not None]
     return [
         result.outcome.scenario.name,
         str(result.sections),
@@ -186,6 +209,7 @@ def row(result: Result) -> list[str]:
         str(result.unavailable),
         str(result.release_failed),
         recovery,
+        f"{max(pauses):.2f}" if pauses else "-",
         str(result.hangs),
         "ok" if result.passed else "FAIL",
     ]

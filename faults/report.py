@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import importlib.metadata
 import os
@@ -31,9 +32,12 @@ fencing token: ``UPDATE counter SET value = value + 1, token = ? WHERE token <= 
 (the *read-write* variant). Each write and its section (times, token, accepted or refused) are
 recorded in the store's own transaction. A controller injects the faults for real (SIGKILL or
 SIGSTOP of the worker that holds the lock, SIGSTOP or SIGKILL and restart of redis-server,
-``SENTINEL FAILOVER`` or SIGKILL of the primary) and every wait is bounded. The cache has a
-{SOCKET_TIMEOUT:g} s socket timeout unless the scenario says otherwise; the single server keeps
-an append-only file synced at every write, so a restart keeps its locks.
+``SENTINEL FAILOVER`` or SIGKILL of the primary, SIGKILL of a cluster primary, the lock's or
+another, restarted once a replica took over and the workers recovered) and every wait is
+bounded. The cache has a {SOCKET_TIMEOUT:g} s socket timeout unless the scenario says otherwise;
+the single server keeps an append-only file synced at every write, so a restart keeps its
+locks. The cluster (three primaries with a replica each, node timeout 1 s) is reached through
+django-valkey's ``ClusterValkeyCache``.
 
 Columns: *sections* accepted writes; *refused* writes the fence refused; *overlaps* pairs of
 sections intersecting in time, as the store saw them; *late acc.* writes accepted after another
@@ -41,8 +45,10 @@ worker had started its section (a paused holder's); *stale acc.* writes accepted
 below one accepted before (never allowed); *lost upd.* accepted increments missing from the
 counter; *unavail.* ``LockUnavailable`` raised (acquire or release); *rel. failed* of them,
 releases; *recovery s* the longest time from a fault (a holder fault's start, a Redis fault's
-end) to the next section of another worker; *hangs* a worker silent for longer than a pass may
-take, faults included, or not stopping when told.
+end) to the next section of another worker; *pause s* the longest stretch with no accepted
+section in progress that meets a fault (a cluster kill lasts until the cluster is whole
+again); *hangs* a worker silent for longer than a pass may take, faults included, or not
+stopping when told.
 """
 
 EXPLAINED = """\
@@ -76,12 +82,36 @@ while Redis is stopped or down. A first fault run saw such holds stay until thei
 came back the next worker held the lock: the watchdog finishes the release as soon as Redis
 answers (after a freeze, the release that waited in Redis's socket also runs on resume), well
 within a second, not at the end of the lease.
+
+A killed cluster primary
+------------------------
+
+``cluster-primary-kill`` kills the primary that serves the lock's slot: every call on the lock
+fails with ``LockUnavailable`` (connection refused, at once) until the other nodes flag it
+failed after the node timeout and elect its replica. The holder's release fails too and is
+finished by the watchdog on the new primary, where it may hand the lock to the queue entry of
+a waiter that gave up while the primary was down: nobody uses that grant, so the lock stays
+held until the entry's lease ends, and the live waiters try again at the end of their wait
+slice. That is why *recovery s* can reach seconds after the cluster is whole, and the bound
+is the lease plus the blocking timeout, not the node timeout alone.
+
+``cluster-other-primary-kill`` kills a primary that does not serve the lock, the one the
+workers' wake-up listeners are subscribed on when it is one. With Redis's default
+``cluster-require-full-coverage yes`` every node, the lock's own primary included, refuses
+commands (``CLUSTERDOWN``) from the moment the failed primary is flagged until its replica is
+elected, so sections pause for about that long (*pause s*). In
+``cluster-other-primary-kill-partial`` the nodes run with ``cluster-require-full-coverage no``:
+sections go on through the failure, and the listeners move to another node.
 """
 
 
 def _versions() -> str:
-    names = ("Django", "redis", "django-redis")
-    packages = ", ".join(f"{n} {importlib.metadata.version(n)}" for n in names)
+    names = ("Django", "redis", "django-redis", "valkey", "django-valkey")
+    found = []
+    for name in names:
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            found.append(f"{name} {importlib.metadata.version(name)}")
+    packages = ", ".join(found)
     server = subprocess.run(
         [find_redis_server(), "--version"], capture_output=True, text=True, check=False
     ).stdout.split()
@@ -107,6 +137,7 @@ def _scenarios(results: list[Result]) -> str:
         options.append(f"WAIT_REPLICAS {scenario.wait_replicas}")
         seen = "as promised" if result.passed else "VIOLATED: " + "; ".join(result.violations)
         recoveries = ", ".join(f"{r:.2f}" if r is not None else "none" for r in result.recoveries)
+        pauses = ", ".join(f"{p:.2f}" for p in result.pauses if p is not None)
         lines += [
             f"``{scenario.name}`` ({', '.join(options)})",
             f"    Promised: {scenario.promise}.",
@@ -114,16 +145,17 @@ def _scenarios(results: list[Result]) -> str:
             f"    Seen: {result.sections} sections, {result.overlaps} overlapping, "
             f"{result.late_accepted} late writes accepted, {result.lost_updates} lost updates, "
             f"{result.unavailable} LockUnavailable ({result.not_replicated} not replicated), "
-            f"{result.busy} busy, {result.lost} lost holds, recovery {recoveries} s: {seen}.",
+            f"{result.busy} busy, {result.lost} lost holds, recovery {recoveries} s, "
+            f"pauses {pauses} s: {seen}.",
             "",
         ]
     return "\n".join(lines)
 
 
-def write(results: list[Result], *, short: bool, freeze: float, skipped: str | None) -> Path:
+def write(results: list[Result], *, short: bool, freeze: float, skipped: dict[str, str]) -> Path:
     """Write docs/faults.rst from ``results``; its path."""
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    run = "short run (one fault per scenario)" if short else "long run (three per scenario)"
+    run = "short run (CI's scenarios, one fault each)" if short else "long run (three faults each)"
     machine = f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores"
     parts = [
         INTRO,
@@ -131,7 +163,7 @@ def write(results: list[Result], *, short: bool, freeze: float, skipped: str | N
         "--------",
         "",
         f"{now}, {run}, Redis freeze {freeze:g} s; {machine}; {_versions()}.",
-        *([f"Not run: the Sentinel scenarios ({skipped})."] if skipped else []),
+        *(f"Not run: the {name} scenarios ({why})." for name, why in skipped.items()),
         "",
         _table(results),
         "",

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from faults.store import FENCED, READ_WRITE, Fault, Store, create
-from faults.topologies import TOPOLOGIES, Sentinel, Topology
+from faults.topologies import TOPOLOGIES, Cluster, Sentinel, Topology, pubsub_clients
 from testproject.redis_server import die_with_parent
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,6 +39,21 @@ START_TIMEOUT = 30.0  # for the workers to start (Django, a first pass)
 RECOVERY_TIMEOUT = 20.0  # for a section to succeed after a fault
 STOP_SLACK = 5.0  # beyond a pass's own bound, for a worker to exit when told
 HOLDER_TIMEOUT = 10.0  # for a worker to be seen holding the lock
+# A cluster primary killed: the others flag it failed after the node timeout (1 s) and its
+# replica is elected 0.5-1 s later; from the kill to the cluster whole took 1.9-2.9 s here.
+CLUSTER_TAKEOVER = 3.0
+# Then the release the kill left unfinished is finished on the new primary and may hand the
+# lock to the queue entry of a waiter that gave up while the primary was down: that entry's
+# lease (LEASE) runs out, then the live waiters look again at the end of their wait slice
+# (BLOCKING_TIMEOUT at most). One second of slack on a shared two-core machine.
+CLUSTER_RECOVERY = LEASE + BLOCKING_TIMEOUT + 1.0
+CLUSTER_PAUSE = CLUSTER_TAKEOVER + CLUSTER_RECOVERY
+# Another primary killed: with Redis's default cluster-require-full-coverage every node
+# answers CLUSTERDOWN from the failed one's FAIL flag until its replica is elected (0.5-1 s);
+# then the next try (0.1 s after a refusal, a waiter's look at the end of a lease); slack.
+OTHER_PRIMARY_PAUSE = 1.0 + LEASE + 0.5
+# With full coverage off nothing waits: hand-overs between sections, and slack.
+PARTIAL_COVERAGE_PAUSE = 0.5
 
 
 @dataclass(frozen=True)
@@ -56,6 +71,10 @@ class Scenario:
     allows: frozenset[str] = frozenset()
     # Seconds from the fault's end (a holder's: its start) to the next section, at most.
     max_recovery: float | None = None
+    # The longest stretch without a section that meets the fault, at most (seconds).
+    max_pause: float | None = None
+    # Whether the short run (CI) plays it.
+    short: bool = True
 
 
 @dataclass
@@ -156,6 +175,36 @@ SCENARIOS = [
         "with WAIT_REPLICAS=1 no two holders overlap across a SIGKILL of the primary",
         wait_replicas=1,
     ),
+    Scenario(
+        "cluster-primary-kill",
+        "cluster",
+        "lock-primary-kill",
+        "a failed primary makes the locks of its slots unavailable until a replica takes "
+        "over; the same process then uses the new primary; without WAIT_REPLICAS two "
+        "holders are possible; fencing refuses the older one's late write",
+        allows=frozenset({"overlaps"}),
+        max_recovery=CLUSTER_RECOVERY,
+        max_pause=CLUSTER_PAUSE,
+    ),
+    Scenario(
+        "cluster-other-primary-kill",
+        "cluster",
+        "other-primary-kill",
+        "no two holders when another primary fails; with Redis's default "
+        "cluster-require-full-coverage every node refuses commands (CLUSTERDOWN) from the "
+        "failure's detection until a replica took over, so the lock pauses about that long",
+        max_pause=OTHER_PRIMARY_PAUSE,
+        short=False,
+    ),
+    Scenario(
+        "cluster-other-primary-kill-partial",
+        "cluster-partial-coverage",
+        "other-primary-kill",
+        "with cluster-require-full-coverage no, locks on the other primaries keep working "
+        "while a replica takes over a failed one's slots (listeners on it move)",
+        max_pause=PARTIAL_COVERAGE_PAUSE,
+        short=False,
+    ),
 ]
 
 
@@ -254,6 +303,8 @@ class Run:
             "redis-restart": self._restart_redis,
             "failover": self._fail_over,
             "primary-kill": self._fail_over,
+            "lock-primary-kill": self._kill_cluster_primary,
+            "other-primary-kill": self._kill_cluster_primary,
         }
         start, detail, victim = plays[kind]()
         end = time.monotonic()
@@ -304,6 +355,20 @@ class Run:
         else:
             new, action = topology.kill_primary(), "primary killed (SIGKILL)"
         return start, f"{action}: primary {old} -> {new.port}", None
+
+    def _kill_cluster_primary(self) -> tuple[float, str, int | None]:
+        topology = self.topology
+        assert isinstance(topology, Cluster)
+        from faults.worker import lock_key
+
+        serving = self.scenario.fault == "lock-primary-kill"
+        key = lock_key() if serving else topology.key_elsewhere()
+        listeners = pubsub_clients(topology.cluster.primary_of(key))
+        start = time.monotonic()
+        old, new = topology.kill_primary(key)
+        whose = "the lock's primary" if serving else "another primary"
+        detail = f"{whose} killed (SIGKILL, port {old.port}, {listeners} listeners on it)"
+        return start, f"{detail}: replica {new.port} took over", None
 
     # -- the run -------------------------------------------------------------------------------
 
@@ -358,6 +423,7 @@ class Run:
             after = partial(sections_since, fault.end if victim is None else fault.start, victim)
             with contextlib.suppress(RuntimeError):  # the checker reports a missing recovery
                 wait_for(after, RECOVERY_TIMEOUT, "recovery")
+            self.topology.heal()
         time.sleep(1.0)  # a last second of normal work after the last recovery
 
 

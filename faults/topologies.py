@@ -1,17 +1,22 @@
 """The Redis deployments the fault suite runs against, each started on loopback ports.
 
 A topology starts and stops its servers, gives the Django settings that reach it, and plays
-the faults that concern it. ``primary()`` is the server that holds the locks now: the
-scenarios freeze, kill and restart it. Later topologies (Cluster, quorum) plug in here.
+the faults that concern it. ``primary()`` is the server that holds the suite's lock now (on a
+cluster, the primary of the lock key's slot): the scenarios freeze, kill and restart it.
+``heal()`` brings back what a fault left broken once the workers have recovered from it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from typing import Any, Protocol
 
 from testproject.redis_server import RedisServer, find_redis_server
 
 CACHE = "locks"
+# Keys tried to find one of a given cluster primary: each falls there with a chance of 1/3.
+KEY_ATTEMPTS = 200
 
 
 class Topology(Protocol):
@@ -26,7 +31,10 @@ class Topology(Protocol):
         """Stop every server this topology started."""
 
     def primary(self) -> RedisServer:
-        """The server that grants locks now."""
+        """The server that grants the suite's lock now."""
+
+    def heal(self) -> None:
+        """Make the deployment whole again after a fault (bounded wait)."""
 
     def settings(self, socket_timeout: float | None, wait_replicas: int) -> dict[str, Any]:
         """CACHES (alias CACHE), REDIS_LOCK and what else the clients need to reach it."""
@@ -65,6 +73,9 @@ class SingleServer:
     def primary(self) -> RedisServer:
         return self.server
 
+    def heal(self) -> None:
+        """Nothing to do: the faults here end with the server running."""
+
     def settings(self, socket_timeout: float | None, wait_replicas: int) -> dict[str, Any]:
         options = {
             "CLIENT_CLASS": "django_redis.client.DefaultClient",
@@ -99,6 +110,9 @@ class Sentinel:
         server: RedisServer = self.topology.primary()
         return server
 
+    def heal(self) -> None:
+        """Nothing here: each failover settles the deployment first (see below)."""
+
     def failover(self) -> RedisServer:
         """SENTINEL FAILOVER; the new primary once the Sentinels agree on it."""
         self.topology.settle()  # whole again after the last fault: every replica back
@@ -131,4 +145,101 @@ class Sentinel:
         }
 
 
-TOPOLOGIES = {"single": SingleServer, "sentinel": Sentinel}
+class Cluster:
+    """Three primaries with a replica each (testproject.cluster.ClusterTopology), reached
+    through django-valkey's ClusterValkeyCache as the README configures it.
+
+    Redis's default ``cluster-require-full-coverage yes`` makes every node refuse commands
+    (CLUSTERDOWN) while any slot has no primary; ``full_coverage=False`` sets it to ``no`` on
+    every node, so that the other primaries serve on while one's slots wait for a replica.
+    """
+
+    name = "cluster"
+
+    def __init__(self, full_coverage: bool = True) -> None:
+        from testproject.cluster import ClusterTopology
+
+        self.cluster = ClusterTopology()
+        self.full_coverage = full_coverage
+        self.killed: list[RedisServer] = []
+
+    def start(self) -> None:
+        self.cluster.start()
+        self._configure()
+
+    def stop(self) -> None:
+        self.cluster.stop()
+
+    def primary(self) -> RedisServer:
+        """The primary of the slot of the lock's key (the key as the package computes it)."""
+        from faults.worker import lock_key
+
+        server: RedisServer = self.cluster.primary_of(lock_key())
+        return server
+
+    def heal(self) -> None:
+        """Restart the killed nodes; each rejoins as a replica of the one that took over."""
+        while self.killed:
+            self.cluster.restart(self.killed.pop())
+        self._configure()
+
+    def _configure(self) -> None:
+        """Turn full coverage off on every running node unless wanted (a restarted node
+        starts with Redis's default, yes)."""
+        from testproject.topology import call
+
+        if self.full_coverage:
+            return
+        setting = ("cluster-require-full-coverage", "no")
+        for server in self.cluster.servers:
+            if server.running:
+                call(server.host, server.port, "CONFIG", "SET", *setting)
+
+    def kill_primary(self, key: str) -> tuple[RedisServer, RedisServer]:
+        """SIGKILL the primary of ``key``'s slot; it and the replica that took over its slots,
+        once every running node sees the cluster whole (bounded by the cluster's wait)."""
+        self.killed.append(self.cluster.primary_of(key))
+        old, new = self.cluster.kill_primary_of(key)
+        return old, new
+
+    def key_elsewhere(self) -> str:
+        """A key served by a primary other than the lock's: the one with the most pub/sub
+        clients (the workers' wake-up listeners) when they are on another primary, so that
+        its failure also makes them move."""
+        lock_port = self.primary().port
+        others = [server for server in self.cluster.primaries() if server.port != lock_port]
+        target = max(others, key=pubsub_clients)
+        for attempt in range(KEY_ATTEMPTS):
+            key = f"faults:elsewhere:{attempt}"
+            if self.cluster.primary_of(key).port == target.port:
+                return key
+        raise RuntimeError(f"no key of {KEY_ATTEMPTS} falls on the primary {target.port}")
+
+    def settings(self, socket_timeout: float | None, wait_replicas: int) -> dict[str, Any]:
+        timeouts = {"socket_timeout": socket_timeout, "socket_connect_timeout": socket_timeout}
+        cache = {
+            "BACKEND": "django_valkey.cluster_cache.cache.ClusterValkeyCache",
+            "LOCATION": self.cluster.url.replace("redis://", "valkey://"),
+            # The cluster cache passes only these to its client (README, Redis Cluster).
+            "OPTIONS": {"BASE_CLIENT_KWARGS": timeouts},
+        }
+        return {"CACHES": {CACHE: cache}, "REDIS_LOCK": lock_settings(wait_replicas)}
+
+
+def pubsub_clients(server: RedisServer) -> int:
+    """How many clients of ``server`` are in pub/sub mode now (0 when it does not answer)."""
+    from testproject.topology import ReplyError, call
+
+    try:
+        listing = call(server.host, server.port, "CLIENT", "LIST", "TYPE", "pubsub")
+    except (OSError, ReplyError):
+        return 0
+    return len(str(listing).splitlines())
+
+
+TOPOLOGIES: dict[str, Callable[[], Topology]] = {
+    "single": SingleServer,
+    "sentinel": Sentinel,
+    "cluster": Cluster,
+    "cluster-partial-coverage": partial(Cluster, full_coverage=False),
+}

@@ -23,6 +23,14 @@ NAME = "faults:counter"
 UNAVAILABLE_PAUSE = 0.1
 
 
+def lock_key() -> str:
+    """The Redis key of the lock NAME on the suite's cache, as the package computes it (on a
+    cluster, its slot says which primary grants the lock)."""
+    from django_redis_lock.runtime import runtime
+
+    return runtime().backend().keys_for(NAME).lock
+
+
 def main(argv: list[str]) -> None:
     """Run the loop until the stop file appears."""
     store_path, index, variant = Path(argv[0]), int(argv[1]), argv[2]
