@@ -92,14 +92,26 @@ class ClusterTopology:
     node back (it rejoins as a replica).
     """
 
-    def __init__(self, primaries: int = 3, replicas: int = 1, binary: str | None = None) -> None:
-        """Describe the cluster; nothing runs until ``start()``."""
+    def __init__(
+        self,
+        primaries: int = 3,
+        replicas: int = 1,
+        binary: str | None = None,
+        *,
+        full_coverage: bool = True,
+    ) -> None:
+        """Describe the cluster; nothing runs until ``start()``.
+
+        ``full_coverage=False`` runs the nodes with ``cluster-require-full-coverage no``: the
+        other primaries serve on while a failed primary's slots wait for a replica (with
+        Redis's default, yes, every node refuses commands meanwhile)."""
         if primaries < 3 or replicas < 0:
             raise ValueError("a cluster needs at least three primaries")
         self.primary_count = primaries
         self.replica_count = replicas
         self.binary = binary or find_redis_server()
         self.cli = find_redis_cli(self.binary)
+        self.full_coverage = full_coverage
         #: Every node, in start order (the first ``primaries`` start as primaries).
         self.servers: list[RedisServer] = []
 
@@ -173,6 +185,17 @@ class ClusterTopology:
         wait_for("a replica to take over the killed primary's slots", self._whole)
         return old, self.primary_of(key)
 
+    def wait_failed(self, server: RedisServer) -> None:
+        """Wait until a running node flags the (killed) ``server`` as failed."""
+
+        def flagged() -> bool | None:
+            for other in self.servers:
+                if other.running and "fail" in _cluster_nodes(other).get(server.port, ""):
+                    return True
+            return None
+
+        wait_for(f"the cluster to flag node {server.port} as failed", flagged)
+
     def restart(self, server: RedisServer) -> None:
         """Start a killed node again (its nodes file makes it rejoin, as a replica of the
         node that took over); return once the cluster is whole and in sync."""
@@ -186,6 +209,7 @@ class ClusterTopology:
             *("--cluster-enabled", "yes"),
             *("--cluster-config-file", "nodes.conf"),
             *("--cluster-node-timeout", str(NODE_TIMEOUT_MS)),
+            *("--cluster-require-full-coverage", "yes" if self.full_coverage else "no"),
         )
 
     def _slot_owner(self, slot: int) -> int | None:
