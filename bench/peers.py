@@ -751,7 +751,7 @@ NOTES = """Where the targets are missed or close, and why
 below). Runs of the same code on one machine differ by a few percent (1.01x to 1.11x over a
 day's runs, with redis-py's Lock moving as much), so the target is met there, without a wide
 margin. Machines differ more: on a slower one (a PING of about 120 µs, where another day's
-took 60 µs) every library's ratio rose, redis-py's Lock and the metadata floor to 1.09x and
+took 60 µs) every library's ratio rose, the metadata floor and redis-py's Lock to 1.09x and
 1.10x and django_redis_lock to 1.17x to 1.26x; there, four interleaved runs of the code before
 the reshaping of the package (issue 9) against four of the reshaped code gave medians of
 1.175x and 1.18x, and the handoff gap against python-redis-lock's in the same runs 0.96 and
