@@ -162,9 +162,9 @@ class LockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # not subscriptabl
         if not self.has_view_permission(request):
             raise PermissionDenied
         name = name_from_segment(object_id)
-        manager = self.manager()
         context = self._context(request, _shown(name), lock=None)  # the heading: cut
         try:
+            manager = self.manager()
             info = manager.get(name)
             if info is None:
                 error = self._not_listed(manager, name)
@@ -191,8 +191,8 @@ class LockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # not subscriptabl
             return self._back(request, "Choose an action.", messages.WARNING)
         if not self.has_delete_permission(request):
             raise PermissionDenied
-        manager = self.manager()
         try:
+            manager = self.manager()
             selected = [from_form_value(v) for v in request.POST.getlist(ACTION_CHECKBOX_NAME)]
             if not selected:
                 return self._back(request, "Select the locks to release.", messages.WARNING)

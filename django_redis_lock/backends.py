@@ -325,6 +325,10 @@ class LockBackend:
         primary of a single server or a Sentinel service."""
         return [self.client]
 
+    def refresh(self) -> None:
+        """Learn the servers again after a call to one of :meth:`primaries` failed (a cluster's
+        nodes); a single server or a Sentinel service has nothing to learn."""
+
     def pubsub_connection(self, read_timeout: float) -> Any:
         """A connection of its own to the primary, configured like the cache's (address,
         auth, TLS, Sentinel) but outside its pool, reading with ``read_timeout``."""

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
-from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
 from django_redis_lock.backends import LockBackend
 from django_redis_lock.clients import SHARDING_CLIENTS, SUPPORTED_CACHES, subclass_of
 from django_redis_lock.conf import DEFAULTS
+from django_redis_lock.exceptions import LockUnavailable
 from django_redis_lock.validation import (
     handover_lease_ms,
     seconds_to_ms,
@@ -169,7 +170,9 @@ def _check_cluster_timeout(alias: str, config: dict[str, Any]) -> list[CheckMess
     """django-valkey's cluster cache gives its client only OPTIONS["BASE_CLIENT_KWARGS"]: its
     SOCKET_TIMEOUT option is ignored there."""
     kwargs = config.get("OPTIONS", {}).get("BASE_CLIENT_KWARGS") or {}
-    if kwargs.get("socket_timeout"):
+    location = config.get("LOCATION")
+    in_url = isinstance(location, str) and "socket_timeout=" in urlsplit(location).query
+    if in_url or (isinstance(kwargs, dict) and kwargs.get("socket_timeout")):
         return []
     return [
         Warning(
@@ -204,6 +207,14 @@ def _check_backend(alias: str) -> list[CheckMessage]:
 
     try:
         backend = runtime().backend(alias)
+    except LockUnavailable as exc:  # a cluster cache connects as it is made: not reachable now
+        return [
+            Warning(
+                f"The cache {alias!r} could not be reached, so the checks that need it were "
+                f"skipped: {exc}",
+                id="django_redis_lock.W008",
+            )
+        ]
     except Exception as exc:  # building the cache failed: say so instead of crashing checks
         return [Error(f"The cache {alias!r} cannot be used: {exc}", id="django_redis_lock.E010")]
     warnings: list[CheckMessage] = []
@@ -218,7 +229,7 @@ def _check_backend(alias: str) -> list[CheckMessage]:
         )
     try:
         backend.check_async()
-    except ImproperlyConfigured as exc:
+    except Exception as exc:  # ImproperlyConfigured, or a client this library does not know
         warnings.append(
             Warning(
                 f"Async locks on cache {alias!r} (aacquire, async with, async @locked views) "

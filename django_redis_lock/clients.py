@@ -89,6 +89,7 @@ _SYNC_PARSERS = frozenset(
         "ClusterParser",
     }
 )
+_LIBRARIES = ("redis", "valkey")
 # The connection classes whose asyncio twins (same name, in the library's asyncio package) do
 # the same.
 _PORTABLE_CONNECTIONS = ("Connection", "SSLConnection", "UnixDomainSocketConnection")
@@ -148,9 +149,21 @@ def client_for(cache: BaseCache) -> Client:
     return client.get_client(write=True)
 
 
-def library_of(client: Client) -> ModuleType:
-    """The library a client belongs to: ``redis`` or ``valkey``."""
-    return importlib.import_module(type(client).__module__.partition(".")[0])
+def library_class(value: object) -> type:
+    """The class of redis-py or valkey-py that ``value``'s class is or derives from (a
+    project's subclass of a client or pool counts as the library's own)."""
+    for cls in type(value).__mro__:
+        if cls.__module__.partition(".")[0] in _LIBRARIES:
+            return cls
+    raise ImproperlyConfigured(
+        f"{type(value).__module__}.{type(value).__qualname__} is not a client or connection "
+        "pool of redis-py or valkey-py, which locks need."
+    )
+
+
+def library_of(value: object) -> ModuleType:
+    """The library a client (or pool) belongs to: ``redis`` or ``valkey``."""
+    return importlib.import_module(library_class(value).__module__.partition(".")[0])
 
 
 def is_sentinel_pool(pool: object) -> bool:

@@ -17,10 +17,11 @@ What differs from one server:
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import itertools
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from django.core.cache import BaseCache
@@ -28,7 +29,13 @@ from django.core.exceptions import ImproperlyConfigured
 
 from django_redis_lock import errors, scripts
 from django_redis_lock.backends import LockBackend
-from django_redis_lock.clients import Client, library_of, portable_options, refuse_async
+from django_redis_lock.clients import (
+    Client,
+    library_class,
+    library_of,
+    portable_options,
+    refuse_async,
+)
 
 # The number of hash slots of a cluster.
 _SLOTS = 16384
@@ -52,6 +59,9 @@ class ClusterLockBackend(LockBackend):
             )
         self._subscribe_at = itertools.count()
         self._nodes_mutex = threading.Lock()
+        # The nodes known at the start: the client forgets nodes that failed, and would know
+        # none after an outage of the whole cluster.
+        self._seeds = [(node.host, node.port) for node in client.get_nodes()]
 
     def read(self, keys: Sequence[str | bytes]) -> list[Any]:
         """READ of ``keys``, one key per command (keys of other slots cannot share a script),
@@ -78,8 +88,8 @@ class ClusterLockBackend(LockBackend):
         options = _async_cluster_options(self.client)
         aio = importlib.import_module(f"{library_of(self.client).__name__}.asyncio.cluster")
         nodes = [aio.ClusterNode(node.host, node.port) for node in self.client.get_nodes()]
-        # The asyncio twin of the sync cluster class has its name (ValkeyCluster).
-        return getattr(aio, type(self.client).__name__)(startup_nodes=nodes, **options)
+        # The asyncio twin of the library's sync cluster class has its name (ValkeyCluster).
+        return getattr(aio, library_class(self.client).__name__)(startup_nodes=nodes, **options)
 
     def primaries(self) -> list[Client]:
         """A client of each primary, in the order of the first slot each serves: the order
@@ -88,17 +98,45 @@ class ClusterLockBackend(LockBackend):
         for slot, nodes in self.client.nodes_manager.slots_cache.items():
             if nodes and slot < first.get(nodes[0].name, _SLOTS):
                 first[nodes[0].name] = slot
-        primaries = sorted(self.client.get_primaries(), key=lambda n: first.get(n.name, _SLOTS))
+        primaries = self._known(self.client.get_primaries)
+        primaries.sort(key=lambda node: first.get(node.name, _SLOTS))
         return [self.client.get_valkey_connection(node) for node in primaries]
+
+    def refresh(self) -> None:
+        """Ask the cluster for its nodes again: a call to a node failed (the client learns a
+        failover by itself only from calls it routes, not from calls to one node)."""
+        with contextlib.suppress(*errors.CLIENT):
+            self._known(self.client.get_nodes)
+            self.client.nodes_manager.initialize()
 
     def pubsub_connection(self, read_timeout: float) -> Any:
         """A connection of its own to a node of the cluster, the next one each time: classic
         pub/sub messages reach every node, and a listener whose node failed moves on."""
         with self._nodes_mutex:
-            nodes = sorted(self.client.get_nodes(), key=lambda node: node.name)
+            nodes = sorted(self._known(self.client.get_nodes), key=lambda node: node.name)
             node = nodes[next(self._subscribe_at) % len(nodes)]
             pool = self.client.get_valkey_connection(node).connection_pool
         return pool.connection_class(**{**pool.connection_kwargs, "socket_timeout": read_timeout})
+
+    def _known(self, nodes_of: Callable[[], list[Any]]) -> list[Any]:
+        """``nodes_of()``; when the client knows no node any more, after the cluster was away,
+        it learns them again from the first nodes, or a client error says it cannot."""
+        found = list(nodes_of())
+        if not found:
+            manager = self.client.nodes_manager
+            library = library_of(self.client).__name__
+            node_class = importlib.import_module(f"{library}.cluster").ClusterNode
+            for host, port in self._seeds:
+                seed = node_class(host, port)
+                manager.startup_nodes[seed.name] = seed
+            manager.initialize()  # raises the client's error while no seed answers
+            found = list(nodes_of())
+        if not found:
+            library = library_of(self.client).__name__
+            raise importlib.import_module(f"{library}.exceptions").ConnectionError(
+                f"no node of the cluster of cache {self.alias!r} is known"
+            )
+        return found
 
 
 def _async_cluster_options(client: Client) -> dict[str, Any]:
@@ -106,7 +144,11 @@ def _async_cluster_options(client: Client) -> dict[str, Any]:
     or ImproperlyConfigured naming what it cannot do alike."""
     kwargs = client.nodes_manager.connection_kwargs
     options, refused = portable_options(
-        {key: value for key, value in kwargs.items() if key not in _CLUSTER_PLUMBING}
+        {
+            key: value
+            for key, value in kwargs.items()
+            if key not in _CLUSTER_PLUMBING and key != "max_connections"
+        }
     )
     if kwargs.get("connection_class", None) not in (None, library_of(client).Connection):
         if kwargs["connection_class"] is getattr(library_of(client), "SSLConnection", None):
@@ -115,5 +157,17 @@ def _async_cluster_options(client: Client) -> dict[str, Any]:
             refused.append(f"connection_class={kwargs['connection_class'].__qualname__}")
     options.pop("path", None)
     options.pop("db", None)
+    # What the sync client keeps for the whole cluster rather than per connection.
+    manager = client.nodes_manager
+    options.update(
+        address_remap=manager.address_remap,
+        require_full_coverage=manager._require_full_coverage,
+        dynamic_startup_nodes=manager._dynamic_startup_nodes,
+        read_from_replicas=client.read_from_replicas,
+        reinitialize_steps=client.reinitialize_steps,
+        cluster_error_retry_attempts=client.cluster_error_retry_attempts,
+    )
+    if "max_connections" in kwargs:
+        options["max_connections"] = kwargs["max_connections"]
     refuse_async(refused)
     return options

@@ -49,3 +49,7 @@ RESPONSE = _both("ResponseError")
 NO_SCRIPT = _both("NoScriptError")
 #: A write sent to a replica: the primary the client knew was demoted.
 READ_ONLY = _both("ReadOnlyError")
+#: Error replies of a cluster that is failing over or resharding: try again later.
+CLUSTER_AWAY = (
+    _both("ClusterDownError") + _both("TryAgainError") + _both("AskError")  # MovedError is one
+)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import logging
 import math
@@ -11,6 +12,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from django_redis_lock import errors
 from django_redis_lock.backends import LockBackend
 from django_redis_lock.conf import lock_settings
 from django_redis_lock.drivers import redis_errors
@@ -177,7 +179,7 @@ class LockManager:
         server, scan_cursor = validate_cursor(cursor)
         found: InfoList = []
         skipped = 0
-        with redis_errors("Could not list locks"):
+        with redis_errors("Could not list locks"), self._refreshing():
             servers, count = self._backend.primaries(), size
             for _ in range(_MAX_SCANS_PER_PAGE):
                 if server >= len(servers):
@@ -202,7 +204,7 @@ class LockManager:
         time (never KEYS)."""
         match = self._backend.scan_pattern(validate_pattern(pattern))
         batch: KeyBatch = []
-        with redis_errors("Could not list locks"):
+        with redis_errors("Could not list locks"), self._refreshing():
             for client in self._backend.primaries():
                 for key in client.scan_iter(match=match, count=BATCH_SIZE):
                     batch.append(key)
@@ -211,6 +213,15 @@ class LockManager:
                         batch = []
         if batch:
             yield self._fetch_keys(batch)
+
+    @contextlib.contextmanager
+    def _refreshing(self) -> Iterator[None]:
+        """When a server of the listing fails, learn the servers again for the next call."""
+        try:
+            yield
+        except errors.CONNECTION + errors.TIMEOUT:
+            self._backend.refresh()
+            raise
 
     def _name_of(self, key: bytes | str) -> str | None:
         """The lock name of a lock key found by SCAN; None when no ``lock()`` reaches that key

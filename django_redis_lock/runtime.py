@@ -52,13 +52,14 @@ class Runtime:
         return self._once(self._listeners, backend, Listener)
 
     def _once(self, made: dict[K, V], key: K, make: Callable[[K], V]) -> V:
-        """``made[key]``, made by ``make(key)`` the first time, once whatever the threads."""
+        """``made[key]``, made by ``make(key)`` the first time; the first one made is kept
+        whatever the threads. It is made outside the mutex: a cluster client connects as it
+        is made, and other aliases must not wait for that."""
         found = made.get(key)
         if found is None:
+            new = make(key)
             with self._mutex:
-                found = made.get(key)
-                if found is None:
-                    found = made[key] = make(key)
+                found = made.setdefault(key, new)
         return found
 
     def thread_owner(self) -> str:

@@ -198,8 +198,9 @@ class Listener:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            connection = self._connect()
+            connection = None
             try:
+                connection = self._connect()
                 connection.connect()
                 if self._backend.sentinel:
                     self._backend.note_primary((connection.host, int(connection.port)))
@@ -214,8 +215,9 @@ class Listener:
                 self._stop.wait(self._backoff)
                 self._backoff = min(self._backoff * 2, _MAX_BACKOFF_SECONDS)
             finally:
-                with contextlib.suppress(Exception):
-                    connection.disconnect()
+                if connection is not None:
+                    with contextlib.suppress(Exception):
+                        connection.disconnect()
 
     def _retire(self) -> bool:
         """End the thread when no waiter needs it (``start()`` makes a new one on demand):
@@ -239,7 +241,8 @@ class Listener:
         """A connection of its own (the backend's, outside its pool), with a read timeout that
         lets the thread look up now and then. The thread reads it directly: a blocked read
         wakes as soon as a grant arrives, quicker than the pub/sub helper's polling reads."""
-        read = _PRIMARY_CHECK_SECONDS if self._backend.sentinel else _READ_SECONDS
+        # On Sentinel, reads end twice per check, so a check is at most a quarter second late.
+        read = _PRIMARY_CHECK_SECONDS / 2 if self._backend.sentinel else _READ_SECONDS
         return self._backend.pubsub_connection(read_timeout=read)
 
     def _listen(self, connection: Any) -> None:

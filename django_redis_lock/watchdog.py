@@ -288,16 +288,19 @@ class Watchdog:
             return
         try:
             leave.backend.run(leave.script, leave.keys.all, leave.args)
-        except errors.RESPONSE as exc:  # Redis answered: there is nothing to wait for
-            logger.warning("Could not settle an interrupted lock call: %s", exc)
-        except Exception as exc:  # Redis still away (or another client library's error)
-            if now < leave.give_up:
+        except Exception as exc:
+            # A cluster failing over answers too (CLUSTERDOWN, MOVED): it is still away.
+            answered = isinstance(exc, errors.RESPONSE) and not isinstance(exc, errors.CLUSTER_AWAY)
+            if answered:  # Redis answered: there is nothing to wait for
+                logger.warning("Could not settle an interrupted lock call: %s", exc)
+            elif now < leave.give_up:  # Redis still away (or another library's error)
                 leave.delay = min(leave.delay * 2, _MAX_LEAVE_RETRY_SECONDS)
                 self._away[leave.backend] = now + leave.delay  # one try per Redis meanwhile
                 with self._cond:
                     self._schedule(leave, now + leave.delay)
                 return
-            logger.warning("Gave up settling an interrupted lock call: %s", exc)
+            else:
+                logger.warning("Gave up settling an interrupted lock call: %s", exc)
         else:
             self._away.pop(leave.backend, None)
         with self._cond:

@@ -81,7 +81,11 @@ class Call:
             name = yield Step.NAME
         except InvalidName as exc:
             return self._invalid_name(exc)
-        self.lock = self._lock(name)
+        try:
+            self.lock = self._lock(name)  # a cluster cache connects when first used
+        except LockUnavailable as exc:
+            answer = self._unavailable(exc)
+            return answer if answer is not None else (yield Step.RUN)
         try:
             acquired = yield Step.ACQUIRE
         except LockUnavailable as exc:

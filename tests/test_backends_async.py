@@ -57,3 +57,14 @@ def test_options_asyncio_can_carry_are_carried(redis_url: str) -> None:
         assert _async_round(alias)
         with override_settings(REDIS_LOCK={"CACHE": alias}):
             assert _w004(alias) == []
+
+
+class ProjectPool(redis.ConnectionPool):
+    """A project's own pool class (tracing, say), defined outside redis-py."""
+
+
+def test_a_pool_subclass_of_the_projects_own_is_known_by_its_library(redis_url: str) -> None:
+    with builtin_cache_with(redis_url, pool_class=ProjectPool) as alias:
+        assert _async_round(alias)
+        with override_settings(REDIS_LOCK={"CACHE": alias}):
+            assert _w004(alias) == []

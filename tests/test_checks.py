@@ -46,6 +46,15 @@ def test_e004_unsupported_client(redis_url: str) -> None:
     assert _ids(CACHES=caches) == ["django_redis_lock.E004"]
 
 
+def test_w008_unreachable_cluster_is_a_warning(redis_url: str) -> None:
+    caches = build_caches(redis_url)
+    caches["default"] = {
+        "BACKEND": "django_valkey.cluster_cache.cache.ClusterValkeyCache",
+        "LOCATION": "valkey://127.0.0.1:1?socket_timeout=1",  # nothing listens there
+    }
+    assert _ids(CACHES=caches) == ["django_redis_lock.W008"]
+
+
 def test_valkey_caches(redis_url: str) -> None:
     caches = build_caches(redis_url)
     valkey_url = redis_url.replace("redis://", "valkey://")

@@ -294,3 +294,18 @@ def test_checks_know_the_cluster_cache(cluster: ClusterTopology) -> None:
     assert ids(caches, WAIT_REPLICAS=1) == ["django_redis_lock.E010"]
     caches["default"]["OPTIONS"] = {"SOCKET_TIMEOUT": 1}  # ignored by the cluster cache
     assert ids(caches) == ["django_redis_lock.W007"]
+
+
+@pytest.mark.django_db
+@pytest.mark.urls("tests.urls")
+def test_unreachable_cluster_locked_view_answers_503_not_500(admin_client: Client) -> None:
+    # A cluster client connects as it is made: the lock's construction meets the outage.
+    with override_settings(CACHES=cluster_caches("valkey://127.0.0.1:1")):
+        assert admin_client.get("/pay/7/").status_code == 503
+
+
+@pytest.mark.django_db
+def test_unreachable_cluster_admin_answers_503_not_500(admin_client: Client) -> None:
+    with override_settings(CACHES=cluster_caches("valkey://127.0.0.1:1")):
+        assert admin_client.get(CHANGELIST).status_code == 503
+        assert admin_client.get(CHANGELIST + "any/change/").status_code == 503
