@@ -169,5 +169,10 @@ def _async_cluster_options(client: Client) -> dict[str, Any]:
     )
     if "max_connections" in kwargs:
         options["max_connections"] = kwargs["max_connections"]
+    # The sync client's own: retries (its default makes none) and a connect hook of the user.
+    if getattr(getattr(client, "retry", None), "_retries", 0):
+        refused.append("retry")
+    if getattr(client, "user_on_connect_func", None) is not None:
+        refused.append("valkey_connect_func")
     refuse_async(refused)
     return options

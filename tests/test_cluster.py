@@ -18,6 +18,8 @@ import valkey
 from django.core.management import call_command
 from django.test import Client
 from django.test.utils import override_settings
+from valkey.backoff import NoBackoff
+from valkey.retry import Retry
 
 from django_redis_lock import LockBusy, LockError, LockUnavailable, get_lock_manager, lock, locked
 from django_redis_lock.cluster import ClusterLockBackend
@@ -292,6 +294,9 @@ def test_checks_know_the_cluster_cache(cluster: ClusterTopology) -> None:
     caches = cluster_caches(cluster.url)
     assert ids(caches) == []
     assert ids(caches, WAIT_REPLICAS=1) == ["django_redis_lock.E010"]
+    retrying = {"socket_timeout": 1, "retry": Retry(NoBackoff(), 2)}
+    caches["default"]["OPTIONS"] = {"BASE_CLIENT_KWARGS": retrying}
+    assert ids(caches) == ["django_redis_lock.W004"]  # async locks cannot retry alike
     caches["default"]["OPTIONS"] = {"SOCKET_TIMEOUT": 1}  # ignored by the cluster cache
     assert ids(caches) == ["django_redis_lock.W007"]
 
