@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 import pytest
+import redis
 
 from django_redis_lock import lock
 from django_redis_lock.runtime import runtime
 from testproject.redis_server import RedisServer
-from tests.helpers import listen, start, wait_until
+from tests.helpers import keys, listen, start, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -28,15 +30,18 @@ def test_no_waiter_no_reconnects_and_no_warning(
     redis_server: RedisServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     listen()
-    listener = runtime().listener(runtime().backend())
-    thread = listener._thread
-    assert thread is not None
+    channel = runtime().listener(runtime().backend()).channel
     caplog.set_level(logging.DEBUG, logger="django_redis_lock")
     redis_server.kill()
-    thread.join(5)  # it ends instead of reconnecting for nobody
-    assert not thread.is_alive()
     redis_server.start()
+    # Nobody waits: the listener ends instead of reconnecting (it would within its longest
+    # backoff, half a second) and says nothing.
+    started = time.monotonic()
+    wait_until(lambda: time.monotonic() - started > 1.0)
+    with redis.Redis.from_url(redis_server.url) as client:
+        assert client.pubsub_numsub(channel)[0][1] == 0
     assert not _listener_records(caplog, logging.WARNING)
+    assert not _listener_records(caplog, logging.DEBUG)
     # The next waiter starts it again.
     listen()
 
@@ -56,7 +61,9 @@ def test_one_warning_per_outage_while_waiting(
 
     result = start(wait)
     assert queued.wait(5)
-    wait_until(lambda: runtime().listener(runtime().backend())._tickets)
+    # Queued in Redis: its ticket is registered with the listener right after that reply.
+    with redis.Redis.from_url(redis_server.url) as client:
+        wait_until(lambda: client.zcard(keys("outage").queue))
     redis_server.kill()
     # Several reconnects fail (at most 0.5 s apart), and each says so at debug level only.
     wait_until(lambda: len(_listener_records(caplog, logging.DEBUG)) >= 3, timeout=10)
