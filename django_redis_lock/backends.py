@@ -211,14 +211,22 @@ class LockBackend:
     ) -> Any:
         """:meth:`run_acked` for async code."""
         results: list[Any] = []
+        client = self.async_client()
         for command in self._acked_commands(script, keys, args):
-            pipe = self.async_client().pipeline(transaction=False)
+            pipe = client.pipeline(transaction=False)
             for part in command:
                 pipe.execute_command(*part)
             results = await pipe.execute(raise_on_error=False)
             if not isinstance(results[0], errors.NO_SCRIPT):
                 break
-        return self._acknowledged(script, results)
+        try:
+            return self._acknowledged(script, results, relocate=False)
+        except LockNotReplicated:
+            if self.sentinel:  # as _acknowledged does, without blocking the event loop
+                with contextlib.suppress(Exception):
+                    host, port = await client.connection_pool.get_master_address()
+                    self.note_primary((str(host), int(port)))
+            raise
 
     def _acked_commands(
         self, script: ScriptName, keys: Sequence[str | bytes], args: Sequence[Any]
@@ -230,13 +238,13 @@ class LockBackend:
             (("EVAL", lua.source, len(keys), *keys, *args), wait),
         ]
 
-    def _acknowledged(self, script: ScriptName, results: list[Any]) -> Any:
+    def _acknowledged(self, script: ScriptName, results: list[Any], relocate: bool = True) -> Any:
         reply, acknowledged = results
         for result in results:
             if isinstance(result, Exception):
                 raise result
         if int(acknowledged) < self.wait_replicas:
-            if self.sentinel:  # a demoted primary lost its replicas: find the new one
+            if relocate and self.sentinel:  # a demoted primary lost its replicas: the new one
                 with contextlib.suppress(Exception):
                     self.primary_address()
             raise LockNotReplicated(
