@@ -331,7 +331,12 @@ class LockBackend:
     def primaries(self) -> list[Client]:
         """The servers whose keys a listing reads with SCAN, always in the same order: the one
         primary of a single server or a Sentinel service."""
-        return [self.client]
+        return [client for _, client in self.primaries_by_slot()]
+
+    def primaries_by_slot(self) -> list[tuple[int, Client]]:
+        """:meth:`primaries` with the first hash slot each serves (0 for a single server):
+        what a page cursor names a server by, as it survives a failover."""
+        return [(0, self.client)]
 
     def refresh(self) -> None:
         """Learn the servers again after a call to one of :meth:`primaries` failed (a cluster's

@@ -91,16 +91,17 @@ class ClusterLockBackend(LockBackend):
         # The asyncio twin of the library's sync cluster class has its name (ValkeyCluster).
         return getattr(aio, library_class(self.client).__name__)(startup_nodes=nodes, **options)
 
-    def primaries(self) -> list[Client]:
-        """A client of each primary, in the order of the first slot each serves: the order
-        stays the same when a replica takes over its primary's slots."""
+    def primaries_by_slot(self) -> list[tuple[int, Client]]:
+        """A client of each primary with the first slot it serves, in slot order: both stay
+        the same when a replica takes over its primary's slots."""
         first: dict[str, int] = {}
         for slot, nodes in self.client.nodes_manager.slots_cache.items():
             if nodes and slot < first.get(nodes[0].name, _SLOTS):
                 first[nodes[0].name] = slot
         primaries = self._known(self.client.get_primaries)
-        primaries.sort(key=lambda node: first.get(node.name, _SLOTS))
-        return [self.client.get_valkey_connection(node) for node in primaries]
+        found = [(first.get(node.name, _SLOTS), node) for node in primaries]
+        found.sort(key=lambda pair: pair[0])
+        return [(slot, self.client.get_valkey_connection(node)) for slot, node in found]
 
     def refresh(self) -> None:
         """Ask the cluster for its nodes again: a call to a node failed (the client learns a

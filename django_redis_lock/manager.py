@@ -173,14 +173,21 @@ class LockManager:
         locks costs what the first page of ten does. Pages hold about ``size`` locks (SCAN
         gives no exact counts), fewer when a sparse match ends a page early;
         ``next_cursor`` is "" on the last page. Skips what :meth:`list` skips. On a cluster
-        the pages go through its primaries one after the other.
+        the pages go through its primaries one after the other; a cursor of a cluster whose
+        slots moved to other primaries since is refused (ValueError: start again).
         """
         match = self._backend.scan_pattern(validate_pattern(pattern))
-        server, scan_cursor = validate_cursor(cursor)
+        first_slot, scan_cursor = validate_cursor(cursor)
         found: InfoList = []
         skipped = 0
         with redis_errors("Could not list locks"), self._refreshing():
-            servers, count = self._backend.primaries(), size
+            slots, servers = zip(*self._backend.primaries_by_slot(), strict=True)
+            if cursor and first_slot not in slots:
+                raise ValueError(
+                    "This page cursor is of primaries the cluster no longer has (its slots "
+                    "moved): list from the first page again."
+                )
+            server, count = (slots.index(first_slot) if cursor else 0), size
             for _ in range(_MAX_SCANS_PER_PAGE):
                 if server >= len(servers):
                     break
@@ -196,7 +203,7 @@ class LockManager:
                     break
         _warn_skipped(skipped)
         more = server < len(servers)
-        next_cursor = page_cursor(server, int(scan_cursor)) if more else ""
+        next_cursor = page_cursor(slots[server], int(scan_cursor)) if more else ""
         return LockPage(sorted(found, key=lambda info: info.name), next_cursor)
 
     def _batches(self, pattern: str) -> Iterator[tuple[InfoList, int]]:

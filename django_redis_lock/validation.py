@@ -22,7 +22,7 @@ MIN_TIMEOUT = 0.001
 MAX_TIMEOUT = 365 * 24 * 3600
 #: SCAN cursors are unsigned 64-bit numbers.
 MAX_CURSOR = 2**64 - 1
-# A page cursor: which primary (of a cluster's, in slot order), and where SCAN stands on it.
+# A page cursor: which primary (by the first slot it serves), and where SCAN stands on it.
 _CURSOR = re.compile(r"([0-9]{1,5})-([0-9]{1,20})", re.ASCII)
 
 
@@ -180,8 +180,8 @@ def validate_pattern(pattern: object) -> str:
 
 
 def validate_cursor(cursor: object) -> tuple[int, int]:
-    """The server (an index into the backend's primaries) and SCAN cursor a page cursor
-    stands for: ``""`` for the first page, else a ``LockPage.next_cursor``."""
+    """The server (the first hash slot it serves; 0 for one server) and SCAN cursor a page
+    cursor stands for: ``""`` for the first page, else a ``LockPage.next_cursor``."""
     if not isinstance(cursor, str):
         raise TypeError(
             f"A page cursor is a str: '' for the first page, then the next_cursor of the page "
@@ -195,6 +195,6 @@ def validate_cursor(cursor: object) -> tuple[int, int]:
     return int(found[1]), int(found[2])
 
 
-def page_cursor(server: int, scan_cursor: int) -> str:
-    """The page cursor of SCAN ``scan_cursor`` on the ``server``-th primary."""
-    return f"{server}-{scan_cursor}"
+def page_cursor(first_slot: int, scan_cursor: int) -> str:
+    """The page cursor of SCAN ``scan_cursor`` on the primary whose first slot is ``first_slot``."""
+    return f"{first_slot}-{scan_cursor}"

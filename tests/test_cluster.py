@@ -314,3 +314,10 @@ def test_unreachable_cluster_admin_answers_503_not_500(admin_client: Client) -> 
     with override_settings(CACHES=cluster_caches("valkey://127.0.0.1:1")):
         assert admin_client.get(CHANGELIST).status_code == 503
         assert admin_client.get(CHANGELIST + "any/change/").status_code == 503
+
+
+def test_a_cursor_of_slots_no_primary_starts_at_is_refused(on_cluster: ClusterTopology) -> None:
+    # Cursors name a primary by the first slot it serves (0, 5461, 10923 here): a cursor
+    # naming another slot is of a cluster whose slots moved since.
+    with pytest.raises(ValueError, match="first page"):
+        get_lock_manager().page(cursor="1-0")
