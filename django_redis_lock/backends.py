@@ -188,7 +188,7 @@ class LockBackend:
         except errors.CONNECTION as exc:
             if not _demoted(exc):
                 raise
-        await client.connection_pool.get_master_address()
+        await self._afollow_primary(client)
         return await self._scripts[script].arun(client, keys, args)
 
     def run_acked(
@@ -224,8 +224,7 @@ class LockBackend:
         except LockNotReplicated:
             if self.sentinel:  # as _acknowledged does, without blocking the event loop
                 with contextlib.suppress(Exception):
-                    host, port = await client.connection_pool.get_master_address()
-                    self.note_primary((str(host), int(port)))
+                    await self._afollow_primary(client)
             raise
 
     def _acked_commands(
@@ -289,10 +288,20 @@ class LockBackend:
         client = self._async.get(loop)
         if client is None:
             with self._async_mutex:
-                for closed in [other for other in self._async if other.is_closed()]:
-                    hang_up(self._async.pop(closed))
+                self._drop_closed()
                 client = self._async[loop] = self._make_async_client()
         return client
+
+    def _drop_closed(self) -> None:
+        """Hang up the async clients of closed event loops (called with the mutex held)."""
+        for loop in [loop for loop in self._async if loop.is_closed()]:
+            hang_up(self._async.pop(loop))
+
+    async def _afollow_primary(self, client: Client) -> None:
+        """:meth:`primary_address` through ``client``'s Sentinel pool, awaited: the pool drops
+        its connections to a demoted primary, and so do the other loops' clients."""
+        host, port = await client.connection_pool.get_master_address()
+        self.note_primary((str(host), int(port)))
 
     def primary_address(self) -> tuple[str, int] | None:
         """Of a Sentinel backend, the primary's address the sentinels give now (a round trip
@@ -316,8 +325,7 @@ class LockBackend:
         """Hang up the async clients of closed event loops: this backend is dropped (the
         settings changed), and the others close with their loops."""
         with self._async_mutex:
-            for loop in [loop for loop in self._async if loop.is_closed()]:
-                hang_up(self._async.pop(loop))
+            self._drop_closed()
 
     def note_primary(self, address: tuple[str, int]) -> None:
         """The primary is at ``address`` now: hang up the async clients connected to another
@@ -345,8 +353,7 @@ class LockBackend:
     def pubsub_connection(self, read_timeout: float) -> Any:
         """A connection of its own to the primary, configured like the cache's (address,
         auth, TLS, Sentinel) but outside its pool, reading with ``read_timeout``."""
-        pool = self.client.connection_pool
-        return pool.connection_class(**{**pool.connection_kwargs, "socket_timeout": read_timeout})
+        return connection_of(self.client.connection_pool, read_timeout)
 
 
 def backend_for(alias: str) -> LockBackend:
@@ -363,6 +370,11 @@ def backend_for(alias: str) -> LockBackend:
 
         return ClusterLockBackend(alias, cache, client)
     return LockBackend(alias, cache, client)
+
+
+def connection_of(pool: Any, read_timeout: float) -> Any:
+    """A new connection configured like ``pool``'s, outside it, reading with ``read_timeout``."""
+    return pool.connection_class(**{**pool.connection_kwargs, "socket_timeout": read_timeout})
 
 
 def _demoted(error: Exception) -> bool:

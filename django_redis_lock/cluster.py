@@ -28,7 +28,7 @@ from django.core.cache import BaseCache
 from django.core.exceptions import ImproperlyConfigured
 
 from django_redis_lock import errors, scripts
-from django_redis_lock.backends import LockBackend
+from django_redis_lock.backends import LockBackend, connection_of
 from django_redis_lock.clients import (
     Client,
     library_class,
@@ -117,23 +117,23 @@ class ClusterLockBackend(LockBackend):
             nodes = sorted(self._known(self.client.get_nodes), key=lambda node: node.name)
             node = nodes[next(self._subscribe_at) % len(nodes)]
             pool = self.client.get_valkey_connection(node).connection_pool
-        return pool.connection_class(**{**pool.connection_kwargs, "socket_timeout": read_timeout})
+        return connection_of(pool, read_timeout)
 
     def _known(self, nodes_of: Callable[[], list[Any]]) -> list[Any]:
         """``nodes_of()``; when the client knows no node any more, after the cluster was away,
         it learns them again from the first nodes, or a client error says it cannot."""
         found = list(nodes_of())
+        if found:
+            return found
+        library = library_of(self.client).__name__
+        manager = self.client.nodes_manager
+        node_class = importlib.import_module(f"{library}.cluster").ClusterNode
+        for host, port in self._seeds:
+            seed = node_class(host, port)
+            manager.startup_nodes[seed.name] = seed
+        manager.initialize()  # raises the client's error while no seed answers
+        found = list(nodes_of())
         if not found:
-            manager = self.client.nodes_manager
-            library = library_of(self.client).__name__
-            node_class = importlib.import_module(f"{library}.cluster").ClusterNode
-            for host, port in self._seeds:
-                seed = node_class(host, port)
-                manager.startup_nodes[seed.name] = seed
-            manager.initialize()  # raises the client's error while no seed answers
-            found = list(nodes_of())
-        if not found:
-            library = library_of(self.client).__name__
             raise importlib.import_module(f"{library}.exceptions").ConnectionError(
                 f"no node of the cluster of cache {self.alias!r} is known"
             )
