@@ -5,6 +5,10 @@ database; the unmanaged ``HeldLock`` model only carries the permissions: ``view_
 ``delete_lock`` to release. Each release is written to the admin log with its holder. Every
 text from Redis is shown through :func:`~django_redis_lock.display.safe_text`, and cut in
 the list (the detail page shows it whole), so no content can hide or push away the columns.
+
+The statistics page (``stats/``) shows per lock name what ``manage.py locks stats`` prints,
+with the hold and wait histograms and the most contended names drawn by the server as inline
+SVG: no script, and the admin's own colours, so it follows its light and dark themes.
 """
 
 from __future__ import annotations
@@ -26,10 +30,25 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 
+from django_redis_lock import charts
 from django_redis_lock.display import safe_text
 from django_redis_lock.exceptions import LockUnavailable
-from django_redis_lock.manager import LockInfo, LockManager, Released, get_lock_manager
+from django_redis_lock.manager import (
+    LockInfo,
+    LockManager,
+    QuorumLockManager,
+    Released,
+    get_lock_manager,
+)
 from django_redis_lock.models import HeldLock
+from django_redis_lock.stats import (
+    MARGIN,
+    MIN_SAMPLES,
+    SORT_KEYS,
+    LockStats,
+    duration,
+    sort_key,
+)
 from django_redis_lock.validation import shorten, validate_cursor
 
 #: The action of the changelist's action bar.
@@ -74,19 +93,20 @@ def _shown(text: str, limit: int | None = LIST_TEXT_LIMIT) -> str:
     return text if limit is None else shorten(text, limit)
 
 
-# "." and ".." would be taken for path steps; admin quoting never yields "_" then a lowercase
-# letter, so these stand for them without clashing with any other name.
-_DOT_SEGMENTS = {".": "_dot", "..": "_dotdot"}
+# "." and ".." would be taken for path steps, "stats" for the statistics page; admin quoting
+# never yields "_" then a lowercase letter, so these stand for them without clashing with any
+# other name.
+_STAND_INS = {".": "_dot", "..": "_dotdot", "stats": "_stats"}
 
 
 def detail_path_segment(name: str) -> str:
     """The name as the admin quotes it for its URL (see :func:`name_from_segment`)."""
-    return _DOT_SEGMENTS.get(name) or quote(name)
+    return _STAND_INS.get(name) or quote(name)
 
 
 def name_from_segment(segment: str) -> str:
     """The lock name of a :func:`detail_path_segment`."""
-    for name, stand_in in _DOT_SEGMENTS.items():
+    for name, stand_in in _STAND_INS.items():
         if segment == stand_in:
             return name
     return unquote(segment)
@@ -98,6 +118,21 @@ def search_pattern(query: str) -> str:
         return query
     escaped = "".join("\\" + c if c in "*?[]\\" else c for c in query)
     return f"*{escaped}*"
+
+
+#: The statistics page shows this many lock names at most (its chart of the most contended
+#: names counts them all).
+STATS_ROWS_LIMIT = 200
+# The numbers the statistics table shows of each name.
+_STATS_NUMBERS = (*(key for key in SORT_KEYS if key != "name"), "suggested_timeout")
+
+
+def _cell_text(value: float | None) -> str:
+    """A number of the statistics table: a count as it is, a time readable, "" (shown as a
+    dash) when none is known."""
+    if value is None:
+        return ""
+    return str(value) if isinstance(value, int) else duration(value)
 
 
 @admin.register(HeldLock)
@@ -123,6 +158,11 @@ class LockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # not subscriptabl
                 "",
                 self.admin_site.admin_view(self.changelist_view),
                 name="{}_{}_changelist".format(*names),
+            ),
+            path(
+                "stats/",
+                self.admin_site.admin_view(self.stats_view),
+                name="{}_{}_stats".format(*names),
             ),
             path(
                 "<path:object_id>/",
@@ -154,7 +194,11 @@ class LockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # not subscriptabl
             return self._render(request, "change_list", context, error=str(exc), status=503)
         if page.next_cursor:
             context["next_url"] = "?" + urlencode({"q": query, "cursor": page.next_cursor})
-        context.update(locks=[self._row(info) for info in page.locks], first_page=not cursor)
+        context.update(
+            locks=[self._row(info) for info in page.locks],
+            first_page=not cursor,
+            quorum=isinstance(self.manager(), QuorumLockManager),
+        )
         return self._render(request, "change_list", {**context, **(extra_context or {})})
 
     def detail_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
@@ -175,6 +219,69 @@ class LockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # not subscriptabl
             return self._render(request, "detail", context, error=str(exc), status=503)
         context["lock"] = self._row(info, None)
         return self._render(request, "detail", context)
+
+    def stats_view(self, request: HttpRequest) -> HttpResponse:
+        """Per lock name: counts, hold and wait times, timeout advice and histograms; ``q``
+        filters the names as on the list of held locks, ``sort`` orders them (SORT_KEYS)."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        query = request.GET.get("q", "").strip()
+        sort = request.GET.get("sort", "name")
+        context = self._context(
+            request,
+            "Lock statistics",
+            query=query,
+            shown_query=_shown(query),
+            sort=sort,
+            sort_keys=SORT_KEYS,
+            sort_choices=[(key, key.replace("_", " ").capitalize()) for key in SORT_KEYS],
+            sort_links=self._sort_links(query, sort),
+            margin=f"{MARGIN:g}",
+            min_samples=MIN_SAMPLES,
+            rows=[],
+            contention=None,
+        )
+        if sort not in SORT_KEYS:
+            error = f"Cannot sort by '{_shown(sort, 40)}': sort by one of {', '.join(SORT_KEYS)}."
+            return self._render(request, "stats", context, error=error, status=400)
+        try:
+            found = self.manager().stats(search_pattern(query) if query else "*")
+        except ValueError as exc:
+            return self._render(request, "stats", context, error=safe_text(str(exc)), status=400)
+        except LockUnavailable as exc:
+            return self._render(request, "stats", context, error=str(exc), status=503)
+        ordered = sorted(found, key=sort_key(sort))
+        context.update(
+            rows=[
+                self._stats_row(stats, at) for at, stats in enumerate(ordered[:STATS_ROWS_LIMIT])
+            ],
+            total=len(found),
+            flagged=sum(1 for stats in found if stats.warnings),
+            contention=charts.contention(found, _shown),
+            limit=STATS_ROWS_LIMIT,
+        )
+        return self._render(request, "stats", context)
+
+    def _sort_links(self, query: str, sort: str) -> dict[str, dict[str, Any]]:
+        """For each sort key, the link that sorts the table by it, and whether it does now."""
+        filtered = {"q": query} if query else {}
+        return {
+            key: {"url": "?" + urlencode({**filtered, "sort": key}), "current": key == sort}
+            for key in SORT_KEYS
+        }
+
+    def _stats_row(self, stats: LockStats, at: int) -> dict[str, Any]:
+        """What the statistics table shows of one name: its texts safe and cut, the times
+        readable, and its two histograms."""
+        name = _shown(stats.name)
+        return {
+            "id": at,
+            "name": name,
+            "numbers": {key: _cell_text(getattr(stats, key)) for key in _STATS_NUMBERS},
+            "warnings": stats.warnings,
+            "holds": charts.histogram(stats.holds, "hold", name, stats.timeout),
+            "waits": charts.histogram(stats.waits, "wait", name),
+        }
 
     def _not_listed(self, manager: LockManager, name: str) -> str:
         """Why the lock ``name`` has no LockInfo: not held, or data this library did not write."""
@@ -295,6 +402,7 @@ class LockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # not subscriptabl
             "url": url,
             "value": form_value(info.name),
             "expires": math.isfinite(info.ttl),
+            "primaries": ", ".join(info.primaries),
         }
 
     def _context(self, request: HttpRequest, title: str, **extra: Any) -> dict[str, Any]:

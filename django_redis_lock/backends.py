@@ -51,11 +51,13 @@ class LockKeys:
     lock: str
     queue: str
     waiters: str
+    #: The hold and wait statistics of the lock (see ``stats.py``).
+    stats: str
     #: The keys in the order every script takes them.
-    all: tuple[str, str, str] = field(init=False, repr=False, compare=False)
+    all: tuple[str, str, str, str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "all", (self.lock, self.queue, self.waiters))
+        object.__setattr__(self, "all", (self.lock, self.queue, self.waiters, self.stats))
 
 
 class LuaScript:
@@ -93,6 +95,9 @@ class LockBackend:
     """Everything the lock core needs from one cache alias, built once per alias (by
     :func:`backend_for`): a single server, or a primary found through Sentinel."""
 
+    #: Whether this is a quorum of primaries (``quorum.QuorumBackend``).
+    quorum = False
+
     def __init__(self, alias: str, cache: BaseCache, client: Client) -> None:
         self.alias = alias
         #: The cache's raw client (redis-py's or valkey-py's), writing to the primary.
@@ -127,6 +132,7 @@ class LockBackend:
             lock=self.make_key(f"{base}l:{name}"),
             queue=self.make_key(f"{base}q:{name}"),
             waiters=self.make_key(f"{base}w:{name}"),
+            stats=self.make_key(f"{base}s:{name}"),
         )
 
     def _key_frame(self) -> tuple[str, str] | None:
@@ -142,8 +148,9 @@ class LockBackend:
         """Whether lock names can be read back from keys (a hashing KEY_FUNCTION hides them)."""
         return self._frame is not None
 
-    def scan_pattern(self, name_pattern: str) -> str:
-        """A SCAN MATCH pattern for the lock keys whose names match the glob ``name_pattern``."""
+    def scan_pattern(self, name_pattern: str, kind: str = "l") -> str:
+        """A SCAN MATCH pattern for the lock keys (``kind`` "s": statistics keys) whose names
+        match the glob ``name_pattern``."""
         frame = self._frame
         if frame is None:
             raise ImproperlyConfigured(
@@ -152,7 +159,7 @@ class LockBackend:
             )
         before, after = frame
         tag = "?" * _TAG_LENGTH
-        return f"{glob_escape(before)}{{{tag}}}:l:{name_pattern}{glob_escape(after)}"
+        return f"{glob_escape(before)}{{{tag}}}:{kind}:{name_pattern}{glob_escape(after)}"
 
     def name_from_key(self, key: str) -> str | None:
         """The lock name inside a lock key found by :meth:`scan_pattern`; None when the key's
@@ -166,6 +173,17 @@ class LockBackend:
     def channel(self, process_id: str) -> str:
         """The pub/sub channel on which grants for one process arrive."""
         return self.make_key(f"{self.namespace}:wake:{process_id}")
+
+    def script(self, script: ScriptName) -> LuaScript:
+        """One of the lock's scripts, as this backend runs it."""
+        return self._scripts[script]
+
+    def parts(
+        self, keys: LockKeys, script: ScriptName
+    ) -> list[tuple[LockBackend, LockKeys, ScriptName]]:
+        """Where a call of ``script`` on ``keys`` goes, as (backend, keys, script): here (a
+        quorum: to each of its primaries, with its own keys and script)."""
+        return [(self, keys, script)]
 
     def run(self, script: ScriptName, keys: Sequence[str | bytes], args: Sequence[Any]) -> Any:
         """Run one of the lock's scripts on the sync client; its reply."""

@@ -7,7 +7,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from django.conf import settings
-from django.core.checks import CheckMessage, Error, Tags, Warning, register
+from django.core.checks import ERROR, CheckMessage, Error, Tags, Warning, register
+from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
 from django_redis_lock.backends import LockBackend
@@ -18,6 +19,8 @@ from django_redis_lock.validation import (
     handover_lease_ms,
     seconds_to_ms,
     validate_flag,
+    validate_timeout,
+    validate_using,
     wait_replicas,
 )
 
@@ -53,8 +56,51 @@ def check_settings(**kwargs: Any) -> list[CheckMessage]:
     errors += _check_values(options)
     replication = _check_replication(options)
     # A backend cannot be built with unusable WAIT settings: their error says it all.
-    errors += replication or _check_cache(options["CACHE"])
+    errors += replication or _check_caches(options)
     return errors
+
+
+def _check_caches(options: dict[str, Any]) -> list[CheckMessage]:
+    """The cache of REDIS_LOCK['CACHE'], or each of a quorum's, and the quorum itself."""
+    cache = options["CACHE"]
+    if not isinstance(cache, (list, tuple)):
+        return _check_cache(cache)
+    refusal = _refusal(validate_using, cache, "REDIS_LOCK['CACHE']")
+    if refusal:
+        return [_quorum_error(refusal)]
+    errors = [error for alias in cache for error in _check_cache(alias)]
+    if any(error.level >= ERROR for error in errors):
+        return errors
+    for alias in cache:
+        if subclass_of(_import(settings.CACHES[alias].get("BACKEND", "")), _CLUSTER_CACHE):
+            return [_quorum_error(f"The cache {alias!r} is a Redis Cluster.")]
+    from django_redis_lock.runtime import runtime
+
+    try:
+        runtime().backend(tuple(cache))
+    except ImproperlyConfigured as exc:
+        return [*errors, _quorum_error(str(exc))]
+    except Exception:  # a member not reachable now: its own check says so
+        pass
+    if options["WAIT_REPLICAS"]:
+        errors.append(
+            Warning(
+                "REDIS_LOCK['WAIT_REPLICAS'] does not apply to quorum locks: a majority of "
+                "independent primaries stands for the replicas' acknowledgement.",
+                hint="Set it to 0, or give the quorum's primaries no replicas to wait for.",
+                id="django_redis_lock.W009",
+            )
+        )
+    return errors
+
+
+def _quorum_error(message: str) -> CheckMessage:
+    return Error(
+        message,
+        hint="A quorum lock needs a list of at least three cache aliases, each an independent "
+        "Redis primary (its own server, not a cluster), with a Redis cache backend.",
+        id="django_redis_lock.E012",
+    )
 
 
 def _check_replication(options: dict[str, Any]) -> list[CheckMessage]:
@@ -79,8 +125,8 @@ def _refusal(rule: Callable[[object, str], object], value: object, what: str) ->
 
 def _check_values(options: dict[str, Any]) -> list[CheckMessage]:
     errors: list[CheckMessage] = []
-    for key in ("TIMEOUT", "TOMBSTONE_TIMEOUT"):
-        refusal = _refusal(seconds_to_ms, options[key], f"REDIS_LOCK[{key!r}]")
+    for key, rule in (("TIMEOUT", validate_timeout), ("TOMBSTONE_TIMEOUT", seconds_to_ms)):
+        refusal = _refusal(rule, options[key], f"REDIS_LOCK[{key!r}]")
         if refusal:
             errors.append(
                 Error(
@@ -98,7 +144,7 @@ def _check_values(options: dict[str, Any]) -> list[CheckMessage]:
                 id="django_redis_lock.E009",
             )
         )
-    for key in ("AUTO_RENEW", "RUN_UNLOCKED_IF_UNAVAILABLE"):
+    for key in ("AUTO_RENEW", "RUN_UNLOCKED_IF_UNAVAILABLE", "STATS"):
         refusal = _refusal(validate_flag, options[key], f"REDIS_LOCK[{key!r}]")
         if refusal:
             errors.append(Error(refusal, id="django_redis_lock.E006"))

@@ -10,6 +10,7 @@ from django_redis_lock.validation import (
     handover_lease_ms,
     seconds_to_ms,
     validate_flag,
+    validate_timeout,
     wait_replicas,
 )
 
@@ -27,6 +28,7 @@ DEFAULTS: dict[str, Any] = {
     "WAIT_TIMEOUT": 1.0,
     "BUSY_STATUS": 423,
     "RUN_UNLOCKED_IF_UNAVAILABLE": False,
+    "STATS": True,
 }
 
 
@@ -55,6 +57,7 @@ class LockSettings:
         self._handover_lease_ms: int | None = None
         self._timeout_ms: int | None = None
         self._auto_renew: bool | None = None
+        self._stats: str | None = None
 
     def forget(self) -> None:
         """Read ``settings.REDIS_LOCK`` again on next use."""
@@ -63,6 +66,7 @@ class LockSettings:
         self._handover_lease_ms = None
         self._timeout_ms = None
         self._auto_renew = None
+        self._stats = None
 
     def get(self, key: str) -> Any:
         """The configured value of ``key``, else its default."""
@@ -74,9 +78,9 @@ class LockSettings:
         return configured.get(key, DEFAULTS[key])
 
     #: The cache alias whose Redis holds the locks.
-    CACHE = _Setting[str]()
+    CACHE = _Setting["str | list[str] | tuple[str, ...]"]()
     #: The default lock TTL in seconds.
-    TIMEOUT = _Setting[float]()
+    TIMEOUT = _Setting["float | str"]()
     #: Whether locks are kept alive by the watchdog unless told otherwise.
     AUTO_RENEW = _Setting[bool]()
     #: The segment after the cache's own key prefix that marks lock keys.
@@ -93,6 +97,8 @@ class LockSettings:
     BUSY_STATUS = _Setting[int]()
     #: Whether a @locked view runs without its lock when Redis is down (unsafe).
     RUN_UNLOCKED_IF_UNAVAILABLE = _Setting[bool]()
+    #: Whether releases record hold and wait times, and acquires busy answers (see stats.py).
+    STATS = _Setting[bool]()
 
     @property
     def tombstone_ms(self) -> int:
@@ -111,10 +117,17 @@ class LockSettings:
 
     @property
     def timeout_ms(self) -> int:
-        """TIMEOUT in milliseconds, checked once (a ValueError naming the setting)."""
+        """TIMEOUT in milliseconds, checked once (a ValueError naming the setting); for
+        "auto", the default TIMEOUT, which locks use until their statistics suggest one."""
         if self._timeout_ms is None:
-            self._timeout_ms = seconds_to_ms(self.TIMEOUT, "REDIS_LOCK['TIMEOUT']")
+            ms = validate_timeout(self.TIMEOUT, "REDIS_LOCK['TIMEOUT']")
+            self._timeout_ms = seconds_to_ms(DEFAULTS["TIMEOUT"], "") if ms is None else ms
         return self._timeout_ms
+
+    @property
+    def auto_timeout(self) -> bool:
+        """Whether TIMEOUT is "auto"."""
+        return validate_timeout(self.TIMEOUT, "REDIS_LOCK['TIMEOUT']") is None
 
     @property
     def auto_renew(self) -> bool:
@@ -122,6 +135,14 @@ class LockSettings:
         if self._auto_renew is None:
             self._auto_renew = validate_flag(self.AUTO_RENEW, "REDIS_LOCK['AUTO_RENEW']")
         return self._auto_renew
+
+    @property
+    def stats(self) -> str:
+        """STATS as the scripts take it ("1": record, "": do not), checked once (a TypeError
+        naming the setting)."""
+        if self._stats is None:
+            self._stats = "1" if validate_flag(self.STATS, "REDIS_LOCK['STATS']") else ""
+        return self._stats
 
     def replication(self) -> tuple[int, int]:
         """WAIT_REPLICAS, and WAIT_TIMEOUT in milliseconds, checked (errors name the setting)."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import inspect
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from asgiref.sync import iscoroutinefunction
@@ -28,10 +28,10 @@ from django.views import View
 from django_redis_lock.integrations import bound_view_method
 from django_redis_lock.naming import NameSpec, Naming, check_template
 from django_redis_lock.validation import (
-    seconds_to_ms,
     validate_blocking_timeout,
     validate_label,
     validate_optional_flag,
+    validate_timeout,
     validate_using,
 )
 from django_redis_lock.wrapping import AsyncDriver, Options, Spec, SyncDriver, make_driver, wrap
@@ -45,12 +45,12 @@ _DISPATCH_SIGNATURE = inspect.signature(View.dispatch)
 def locked(
     name: NameSpec,
     *,
-    timeout: float | None = None,
+    timeout: float | str | None = None,
     blocking_timeout: float | None = 0,
     auto_renew: bool | None = None,
     on_busy: Callable[..., Any] | None = None,
     label: str | None = None,
-    using: str | None = None,
+    using: str | Sequence[str] | None = None,
 ) -> Callable[[Decorated], Decorated]:
     """Run the decorated view, function or task only while holding the lock ``name``.
 
@@ -69,12 +69,12 @@ def locked(
     elif not callable(name):
         raise TypeError(f"A lock name must be a str or a callable, not {type(name).__name__}.")
     if timeout is not None:
-        seconds_to_ms(timeout, "timeout")
+        validate_timeout(timeout, "timeout")
     validate_blocking_timeout(blocking_timeout)
     if on_busy is not None and not callable(on_busy):
         raise TypeError("on_busy must be a callable or None.")
     validate_label(label)
-    validate_using(using)
+    using = validate_using(using)
     validate_optional_flag(auto_renew, "auto_renew")
     options = Options(name, timeout, blocking_timeout, auto_renew, on_busy, label, using)
     # method_decorator decorates on every call: what can be reused is kept here.

@@ -17,9 +17,10 @@ import math
 import os
 import time
 import weakref
+from collections.abc import Sequence
 from typing import Any
 
-from django_redis_lock import signals, waiting
+from django_redis_lock import quorum, signals, waiting
 from django_redis_lock.conf import lock_settings
 from django_redis_lock.drivers import adrive, drive
 from django_redis_lock.exceptions import (
@@ -31,6 +32,8 @@ from django_redis_lock.exceptions import (
 )
 from django_redis_lock.runtime import runtime
 from django_redis_lock.scripts import decode_read
+from django_redis_lock.stats import LockStats
+from django_redis_lock.stats import parse as parse_stats
 from django_redis_lock.steps import Call, Flow
 from django_redis_lock.validation import (
     refuse_contradiction,
@@ -39,6 +42,7 @@ from django_redis_lock.validation import (
     validate_flag,
     validate_label,
     validate_name,
+    validate_timeout,
     validate_using,
     wait_options,
 )
@@ -55,7 +59,8 @@ def _new_secret() -> str:
 class Lock:
     """A named distributed lock, not yet acquired; use it in ``with`` or call ``acquire()``.
 
-    ``timeout`` is the lease in seconds (None: REDIS_LOCK TIMEOUT); ``blocking_timeout`` caps
+    ``timeout`` is the lease in seconds (None: REDIS_LOCK TIMEOUT; "auto": the timeout the lock's
+    statistics suggest once they know enough, REDIS_LOCK TIMEOUT before); ``blocking_timeout`` caps
     the wait (None: no limit); ``auto_renew`` keeps the lease alive while held (None:
     REDIS_LOCK AUTO_RENEW); ``reentrant`` lets the same object acquire again; ``label`` is
     shown to operators; ``using`` picks the cache alias (None: REDIS_LOCK CACHE).
@@ -66,18 +71,20 @@ class Lock:
         self,
         name: str,
         *,
-        timeout: float | None = None,
+        timeout: float | str | None = None,
         blocking: bool = True,
         blocking_timeout: float | None = None,
         auto_renew: bool | None = None,
         reentrant: bool = False,
         label: str | None = None,
-        using: str | None = None,
+        using: str | Sequence[str] | None = None,
     ) -> None:
         self.name = validate_name(name)
-        self._timeout_ms = (
-            lock_settings.timeout_ms if timeout is None else seconds_to_ms(timeout, "timeout")
-        )
+        ms = validate_timeout(timeout, "timeout") if timeout is not None else None
+        #: Whether the timeout is the statistics' suggestion (``timeout="auto"``).
+        self._auto_timeout = lock_settings.auto_timeout if timeout is None else ms is None
+        # Until the statistics suggest one (``auto``): REDIS_LOCK TIMEOUT (30 s for "auto").
+        self._timeout_ms = lock_settings.timeout_ms if ms is None else ms
         self._blocking = validate_flag(blocking, "blocking")
         self._blocking_timeout = validate_blocking_timeout(blocking_timeout)
         refuse_contradiction(self._blocking, self._blocking_timeout)
@@ -99,6 +106,11 @@ class Lock:
         self.lost = False
         #: Seconds left of the holder's lease when this object last found the lock busy.
         self.busy_ttl: float | None = None
+        #: Seconds the holder had held the lock then (None: not known).
+        self.busy_held: float | None = None
+        # How long the current hold's acquire waited for another holder, recorded by its
+        # release (ms), and whether the acquire under way found the lock held.
+        self._waited_ms, self._was_busy = 0, False
 
     def __repr__(self) -> str:
         state = "held" if self._secret is not None else "not held"
@@ -175,6 +187,16 @@ class Lock:
         """:meth:`owned` for async code."""
         return await adrive(self._backend, self._owned(), self.name)
 
+    def stats(self) -> LockStats | None:
+        """The lock's hold and wait statistics (None: nothing recorded yet); read from Redis
+        at most once a minute per process, as ``timeout="auto"`` and a busy view's
+        Retry-After use them."""
+        return drive(self._backend, self._statistics(), self.name)
+
+    async def astats(self) -> LockStats | None:
+        """:meth:`stats` for async code."""
+        return await adrive(self._backend, self._statistics(), self.name)
+
     def ttl(self) -> float | None:
         """Seconds left of the lease, or None when nobody holds the lock (``math.inf`` for a
         held lock whose key lost its expiry, as :class:`LockInfo` shows it)."""
@@ -196,13 +218,27 @@ class Lock:
             left = yield Call("extend", (self._keys.lock,), self._confirm_args(), acked=True)
             if self._confirmed(left):
                 return self._reenter()
-        secret = _new_secret()
+        if self._auto_timeout:
+            stats = yield from self._statistics()
+            suggested = None if stats is None else stats.suggested_timeout
+            self._timeout_ms = (
+                lock_settings.timeout_ms if suggested is None else round(suggested * 1000)
+            )
+        secret, started, self._was_busy = _new_secret(), time.monotonic(), False
         args = [secret, self._timeout_ms, owner, self.label or ""]
         # Where grants for this process arrive: only a waiter queues, and needs one.
         channel = runtime().listener(self._backend).channel if wait else ""
         try:
-            acquired = yield from waiting.attempts(
-                self._keys, args, channel, wait, limit, self._busy, self._backend.wait_replicas > 0
+            attempts = quorum.attempts if self._backend.quorum else waiting.attempts
+            acquired = yield from attempts(
+                self._keys,
+                args,
+                channel,
+                wait,
+                limit,
+                self._busy,
+                self._backend.wait_replicas > 0,
+                lock_settings.stats,
             )
         except LockNotReplicated as exc:  # Redis answers: give the hold back at once
             yield from self._leaving(secret, now=True)
@@ -212,6 +248,8 @@ class Lock:
         except BaseException as exc:
             yield from self._leaving(secret, now=not isinstance(exc, LockUnavailable))
             raise
+        # Only an acquire that found the lock held waited (a first call's connecting is not).
+        self._waited_ms = round((time.monotonic() - started) * 1000) if self._was_busy else 0
         return self._took(secret, acquired)
 
     def _leaving(self, secret: str, *, now: bool) -> Flow[None]:
@@ -226,9 +264,12 @@ class Lock:
                 pass
         runtime().watchdog.settle(Leave(self._backend, self._keys, args))
 
-    def _busy(self, lease_left_ms: int, first: bool) -> None:
-        """An attempt found the lock busy: note the holder's lease; signal it once a call."""
+    def _busy(self, lease_left_ms: int, first: bool, held_ms: int = -1) -> None:
+        """An attempt found the lock busy: note the holder's lease and how long it has held
+        the lock (-1: unknown); signal it once a call."""
+        self._was_busy = True
         self.busy_ttl = lease_left_ms / 1000 if lease_left_ms >= 0 else None
+        self.busy_held = held_ms / 1000 if held_ms >= 0 else None
         if first:
             signals.send(signals.lock_busy, self, None)
 
@@ -263,6 +304,7 @@ class Lock:
     def _took(self, secret: str, acquired: waiting.Acquired | None) -> bool:
         if acquired is None:
             return False
+        secret = acquired.secret or secret  # a quorum attempt's own
         self._secret, self._depth = secret, 1
         self.fencing_token, self.lost = acquired.token, False
         # A handed-over lease is short; the watchdog lengthens it to the full TTL at a third
@@ -297,7 +339,13 @@ class Lock:
         if self.lost:
             self._forget()
             raise LockNotOwned(f"The lock {self.name!r} was lost before this release.")
-        args: list[Any] = [secret, lock_settings.tombstone_ms]
+        args: list[Any] = [
+            secret,
+            lock_settings.tombstone_ms,
+            lock_settings.stats,
+            self._waited_ms,
+            self._timeout_ms,
+        ]
         try:
             released = yield Call("release", self._keys.all, args)  # 3: a retry of this release
         except BaseException:  # it may not have run: the watchdog runs it again once Redis is
@@ -326,7 +374,8 @@ class Lock:
         if self.lost:
             raise LockNotOwned(f"The lock {self.name!r} was lost; it cannot be extended.")
         sent = time.monotonic()
-        left = yield Call("extend", (self._keys.lock,), [secret, ms, mode], acked=True)
+        keys, record = (self._keys.lock, self._keys.stats), lock_settings.stats
+        left = yield Call("extend", keys, [secret, ms, mode, record], acked=True)
         if not left:
             self._lose()
             raise LockNotOwned(f"The lock {self.name!r} is no longer held by this Lock object.")
@@ -339,6 +388,15 @@ class Lock:
         """The holder's secret (False: none) and the lease left in ms, as Redis has them."""
         values = decode_read((yield Call("read", (self._keys.lock,), ())))
         return values[0], values[5]
+
+    def _statistics(self) -> Flow[LockStats | None]:
+        """The lock's statistics, read at most once a minute per process (see stats.py)."""
+        key = (self._backend, self.name)
+        hit, found = runtime().recent_stats.get(key)
+        if not hit:
+            found = parse_stats(self.name, (yield Call("stats_read", (self._keys.stats,), ())))
+            runtime().recent_stats.put(key, found)
+        return found
 
     def _locked(self) -> Flow[bool]:
         holder, _ = yield from self._reading()

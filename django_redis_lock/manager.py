@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import logging
 import math
@@ -16,8 +17,12 @@ from django_redis_lock import errors
 from django_redis_lock.backends import LockBackend
 from django_redis_lock.conf import lock_settings
 from django_redis_lock.drivers import redis_errors
+from django_redis_lock.exceptions import LockUnavailable
 from django_redis_lock.lock import Lock
+from django_redis_lock.quorum import Fan, QuorumBackend, merge_hold
 from django_redis_lock.runtime import runtime
+from django_redis_lock.stats import LockStats
+from django_redis_lock.stats import parse as parse_stats
 from django_redis_lock.validation import (
     page_cursor,
     validate_cursor,
@@ -35,6 +40,11 @@ _MAX_SCANS_PER_PAGE = 50
 # Lists, spelt here: inside LockManager, "list" is a method.
 KeyBatch = list["bytes | str"]
 InfoList = list["LockInfo"]
+NameList = list[str]
+HoldList = list[tuple["LockInfo", str]]
+Records = list["list[Any] | LockUnavailable"]
+Failures = list[LockUnavailable]
+StatsList = list[LockStats]
 # Keys fetched per pipelined round trip while listing or clearing.
 BATCH_SIZE = 500
 
@@ -62,6 +72,8 @@ class LockInfo:
     #: Seconds of lease left; ``math.inf`` for a lock whose key lost its expiry (PERSIST by
     #: hand, a restore), which only a force release ends.
     ttl: float
+    #: Of a quorum lock, the cache aliases of the primaries that hold it (empty otherwise).
+    primaries: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -262,6 +274,44 @@ class LockManager:
                 found.append(info)
         return found, skipped
 
+    def stats(self, pattern: str = "*") -> StatsList:
+        """The statistics of the lock names matching ``pattern`` that have any (see
+        ``stats.py``), sorted by name; read with SCAN, a batch of names per round trip."""
+        match = self._backend.scan_pattern(validate_pattern(pattern), kind="s")
+        found: StatsList = []
+        with redis_errors("Could not read lock statistics"), self._refreshing():
+            for client in self._backend.primaries():
+                batch: KeyBatch = []
+                for key in client.scan_iter(match=match, count=BATCH_SIZE):
+                    batch.append(key)
+                    if len(batch) == BATCH_SIZE:
+                        found.extend(self._read_stats(client, batch))
+                        batch = []
+                if batch:
+                    found.extend(self._read_stats(client, batch))
+        return sorted(found, key=lambda stats: stats.name)
+
+    def get_stats(self, name: str) -> LockStats | None:
+        """The statistics of the lock named exactly ``name``, or None when it has none."""
+        key = self._backend.keys_for(validate_name(name)).stats
+        with redis_errors("Could not read lock statistics"):
+            flat = self._backend.run("stats_read", (key,), ())
+        return parse_stats(name, flat)
+
+    def _read_stats(self, client: Any, keys: KeyBatch) -> StatsList:
+        pipe = client.pipeline(transaction=False)
+        for key in keys:
+            pipe.hgetall(key)
+        found: StatsList = []
+        for key, fields in zip(keys, pipe.execute(raise_on_error=False), strict=True):
+            name = self._name_of(key)
+            if name is None or not isinstance(fields, dict):  # not ours, or not a hash
+                continue
+            stats = parse_stats(name, [part for pair in fields.items() for part in pair])
+            if stats is not None:
+                found.append(stats)
+        return found
+
     def get(self, name: str) -> LockInfo | None:
         """The held lock named exactly ``name`` (glob characters are literal), or None; None
         also (with a warning) when its data is not what this library writes."""
@@ -328,9 +378,189 @@ def _released(name: str, held: Sequence[bytes | int | None]) -> Released:
     return Released(name, _info(name, fields, 0), handed_over=how == 2)
 
 
-def get_lock_manager(using: str | None = None) -> LockManager:
-    """The LockManager of cache alias ``using`` (None: the REDIS_LOCK CACHE setting)."""
-    return LockManager(runtime().backend(validate_using(using)))
+class QuorumLockManager(LockManager):
+    """The locks of a quorum of cache aliases (see ``quorum.py``): a lock is listed once, with
+    the primaries that hold it, when a majority of them do; release and clear act on all.
+
+    Listing reads every primary's lock names first (SCAN), then the holds by batches of names:
+    its memory grows with the number of names matched, unlike one alias's listing.
+    """
+
+    def __init__(self, backend: QuorumBackend) -> None:
+        super().__init__(backend)
+        self._quorum = backend
+
+    def lock(self, name: str, **options: Any) -> Lock:
+        return Lock(name, using=self._quorum.aliases, **options)
+
+    def list(self, pattern: str = "*") -> Iterator[LockInfo]:
+        skipped = 0
+        try:
+            names = self._names(pattern)
+            for at in range(0, len(names), BATCH_SIZE):
+                found, unreadable = self._holds(names[at : at + BATCH_SIZE])
+                skipped += unreadable
+                yield from (info for info, _ in found)
+        finally:
+            _warn_skipped(skipped)
+
+    def page(self, pattern: str = "*", cursor: str = "", size: int = 100) -> LockPage:
+        """A page of held locks by name order; the cursor is the last name of the page before
+        ("": the first page)."""
+        validate_pattern(pattern)
+        if not isinstance(cursor, str) or (cursor and not cursor.startswith(_AFTER)):
+            raise ValueError(f"Not a page cursor of a quorum's locks: {cursor!r}.")
+        after = cursor[len(_AFTER) :]
+        names = [name for name in self._names(pattern) if not cursor or name > after]
+        found: InfoList = []
+        skipped, at = 0, 0
+        while at < len(names) and len(found) < size:
+            batch, unreadable = self._holds(names[at : at + size])
+            found.extend(info for info, _ in batch)
+            skipped += unreadable
+            at += size
+        _warn_skipped(skipped)
+        more = at < len(names)
+        return LockPage(found, _AFTER + names[at - 1] if more else "")
+
+    def get(self, name: str) -> LockInfo | None:
+        found, skipped = self._holds([validate_name(name)])
+        _warn_skipped(skipped)
+        return found[0][0] if found else None
+
+    def force_release(self, name: str, fencing_token: int | None = None) -> Released | None:
+        """Force-release ``name`` on every primary: the hold a majority has (with
+        ``fencing_token``, only if it is that hold); without a token, whatever each primary
+        holds for it too (what a failed attempt or a dead holder left on a minority)."""
+        found, _ = self._holds([validate_name(name)])
+        hold = found[0] if found else None
+        if fencing_token is not None and (hold is None or hold[0].fencing_token != fencing_token):
+            return None
+        secret = hold[1] if hold is not None else ""
+        self._force(name, secret)
+        return None if hold is None else Released(name, hold[0], handed_over=False)
+
+    def clear(self, pattern: str = "*", progress: Callable[[int, int], None] | None = None) -> int:
+        """Force-release the held locks :meth:`list` shows, each by the secret of the hold
+        listed: a lock taken anew while the clear runs is left to its new holder."""
+        released, skipped = 0, 0
+        names = self._names(pattern)
+        for at in range(0, len(names), BATCH_SIZE):
+            found, unreadable = self._holds(names[at : at + BATCH_SIZE])
+            skipped += unreadable
+            for info, secret in found:
+                if self._force(info.name, secret):
+                    released += 1
+            if progress is not None:
+                progress(released, 0)
+        _warn_skipped(skipped)
+        return released
+
+    def stats(self, pattern: str = "*") -> StatsList:
+        """Each primary records the holds it granted: per name, the statistics of the primary
+        that recorded the most (any majority's member saw every hold it granted)."""
+        best: dict[str, LockStats] = {}
+        failed: Failures = []
+        for member in self._quorum.members:
+            try:
+                found = LockManager(member).stats(pattern)
+            except LockUnavailable as exc:
+                failed.append(exc)
+                continue
+            for stats in found:
+                known = best.get(stats.name)
+                if known is None or _weight(stats) > _weight(known):
+                    best[stats.name] = stats
+        if len(failed) > len(self._quorum.members) - self._quorum.needed:
+            raise failed[0]
+        return sorted(best.values(), key=lambda stats: stats.name)
+
+    def _force(self, name: str, secret: str) -> bool:
+        """QUORUM_FORCE on every primary; whether a majority released it."""
+        fan = Fan("quorum_force", name, [lock_settings.tombstone_ms, secret])
+        with redis_errors(f"Could not release lock {name!r}"):
+            replies = self._quorum.fan(fan)
+        failed = [i for i, reply in enumerate(replies) if isinstance(reply, Exception)]
+        if len(failed) > len(replies) - self._quorum.needed:
+            raise self._quorum.failure(name, replies, "the release could not be confirmed")
+        args: list[object] = [lock_settings.tombstone_ms, secret]
+        self._quorum.settle(failed, name, args, "quorum_force")
+        return sum(1 for reply in replies if isinstance(reply, list) and reply) > 0
+
+    def _names(self, pattern: str) -> NameList:
+        """The lock names on any primary matching ``pattern``, sorted (SCAN on each)."""
+        validate_pattern(pattern)
+        names: set[str] = set()
+        failed: Failures = []
+        for member in self._quorum.members:
+            manager = LockManager(member)
+            try:
+                with redis_errors("Could not list locks"):
+                    match = member.scan_pattern(pattern)
+                    for key in member.client.scan_iter(match=match, count=BATCH_SIZE):
+                        name = manager._name_of(key)
+                        if name is not None:
+                            names.add(name)
+            except LockUnavailable as exc:
+                failed.append(exc)
+        if len(failed) > len(self._quorum.members) - self._quorum.needed:
+            raise LockUnavailable(
+                f"Could not list locks: {len(failed)} of {len(self._quorum.members)} primaries "
+                f"failed, and a majority ({self._quorum.needed}) is needed: {failed[0]}"
+            ) from failed[0].__cause__
+        return sorted(names)
+
+    def _holds(self, names: Sequence[str]) -> tuple[HoldList, int]:
+        """The holds a majority has among ``names`` (with their secrets), and how many held
+        ones cannot be shown truthfully."""
+        quorum, records = self._quorum, Records()
+        for member in quorum.members:
+            try:
+                with redis_errors("Could not read locks"):
+                    records.append(member.read([member.keys_for(name).lock for name in names]))
+            except LockUnavailable as exc:
+                records.append(exc)
+        failed = [record for record in records if isinstance(record, Exception)]
+        if len(failed) > len(quorum.members) - quorum.needed:
+            raise failed[0]
+        found: HoldList = []
+        skipped = 0
+        for i, name in enumerate(names):
+            by_secret: dict[str, Any] = {}
+            for member, record in zip(quorum.members, records, strict=True):
+                if isinstance(record, Exception):
+                    continue
+                values = record[6 * i : 6 * i + 6]
+                if values[0] and isinstance(values[0], str):
+                    by_secret.setdefault(values[0], []).append((member.alias, values))
+            for secret, holding in by_secret.items():
+                if len(holding) < quorum.needed:
+                    continue
+                merged = merge_hold(secret, [values for _, values in holding], quorum.needed)
+                info = _info(name, merged[1:5], merged[5])
+                if info is None:
+                    skipped += 1
+                else:
+                    primaries = tuple(alias for alias, _ in holding)
+                    found.append((dataclasses.replace(info, primaries=primaries), secret))
+        return found, skipped
+
+
+def _weight(stats: LockStats) -> tuple[int, int, int]:
+    return (stats.acquisitions, stats.busy, stats.lost)
+
+
+# Page cursors of a quorum's listing start with this, then the last name of the page before.
+_AFTER = "after:"
+
+
+def get_lock_manager(using: str | Sequence[str] | None = None) -> LockManager:
+    """The LockManager of cache alias ``using`` (None: the REDIS_LOCK CACHE setting); of a list
+    of aliases, the manager of their quorum's locks."""
+    backend = runtime().backend(validate_using(using))
+    if isinstance(backend, QuorumBackend):
+        return QuorumLockManager(backend)
+    return LockManager(backend)
 
 
 #: ``lock(name, *, timeout=None, blocking=True, blocking_timeout=None, auto_renew=None,

@@ -21,7 +21,9 @@ from django.dispatch import receiver
 
 from django_redis_lock.backends import LockBackend, backend_for
 from django_redis_lock.conf import lock_settings
-from django_redis_lock.validation import MAX_OWNER_LENGTH, shorten
+from django_redis_lock.quorum import QuorumListener, quorum_backend
+from django_redis_lock.stats import RecentStats
+from django_redis_lock.validation import MAX_OWNER_LENGTH, Using, shorten, validate_using
 from django_redis_lock.waiting import Listener
 from django_redis_lock.watchdog import Watchdog
 
@@ -38,18 +40,29 @@ class Runtime:
         self.process = f"{_HOST} pid {os.getpid()}"
         #: Renews the held locks of this process, and settles interrupted attempts.
         self.watchdog = Watchdog()
+        #: Statistics read lately (timeout="auto", Retry-After).
+        self.recent_stats = RecentStats()
         self._backends: dict[str, LockBackend] = {}
+        self._quorums: dict[tuple[str, ...], LockBackend] = {}
         self._listeners: dict[LockBackend, Listener] = {}
         self._mutex = threading.Lock()
 
-    def backend(self, alias: str | None = None) -> LockBackend:
-        """The connection to the Redis of cache ``alias`` (None: the REDIS_LOCK CACHE)."""
-        alias = lock_settings.CACHE if alias is None else alias
+    def backend(self, alias: Using = None) -> LockBackend:
+        """The connection to the Redis of cache ``alias`` (None: the REDIS_LOCK CACHE); of a
+        tuple of aliases, a quorum of their primaries."""
+        if alias is None:
+            alias = validate_using(lock_settings.CACHE, "REDIS_LOCK['CACHE']")
+            assert alias is not None
+        if isinstance(alias, tuple):
+            return self._once(self._quorums, alias, self._quorum)
         return self._once(self._backends, alias, backend_for)
+
+    def _quorum(self, aliases: tuple[str, ...]) -> LockBackend:
+        return quorum_backend(aliases, self.backend)
 
     def listener(self, backend: LockBackend) -> Listener:
         """This process's listener for grants on ``backend`` (its thread starts on demand)."""
-        return self._once(self._listeners, backend, Listener)
+        return self._once(self._listeners, backend, QuorumListener if backend.quorum else Listener)
 
     def _once(self, made: dict[K, V], key: K, make: Callable[[K], V]) -> V:
         """``made[key]``, made by ``make(key)`` the first time; the first one made is kept
@@ -78,10 +91,12 @@ class Runtime:
         with self._mutex:
             for listener in self._listeners.values():
                 listener.stop()
-            for backend in self._backends.values():
+            for backend in [*self._quorums.values(), *self._backends.values()]:
                 backend.close()
             self._listeners.clear()
             self._backends.clear()
+            self._quorums.clear()
+            self.recent_stats = RecentStats()
 
 
 _runtime = Runtime()

@@ -1,6 +1,6 @@
 """The Lua scripts that make every lock operation a single atomic round trip.
 
-Every lock has three keys sharing one Redis Cluster hash tag (see ``backends.LockKeys``):
+Every lock has four keys sharing one Redis Cluster hash tag (see ``backends.LockKeys``):
 
 ``lock``     a hash. While held: ``s`` secret of the holder's acquisition, ``t`` fencing token,
              ``o`` owner, ``l`` label, ``a`` acquired-at (server clock, microseconds); its PTTL
@@ -9,7 +9,9 @@ Every lock has three keys sharing one Redis Cluster hash tag (see ``backends.Loc
              holder released (so that a retried release is recognised).
 ``queue``    a sorted set of waiting secrets, scored by arrival time (microseconds): FIFO order.
 ``waiters``  a hash: waiting secret -> JSON ``{t: ttl ms, d: deadline ms, w: looks again at
-             ms, o, l, c: channel}`` (times by the server clock).
+             ms, o, l, c: channel}`` (times by the server clock). A quorum lock's waiters
+             (``quorum.py``) do not queue: there it maps an acquire's secret to its channel.
+``stats``    a hash: the lock's hold and wait statistics (see ``_STATS`` and ``stats.py``).
 
 Release hands the lock straight to the first live waiter and PUBLISHes the grant on that
 waiter's process channel as ``secret:token:acquired_at``, so the next holder needs no round
@@ -35,6 +37,68 @@ from __future__ import annotations
 
 import json
 from typing import Any
+
+#: Upper bounds (milliseconds) of the buckets of the hold and wait histograms: 1, 2, 3, 5 and 7
+#: in each decade, from 1 ms to 1 h; a value falls in the first bucket whose bound is above it,
+#: bucket 0 holds values under 1 ms and the last one values of an hour or more. Memory per
+#: name is bounded by these: two histograms and five counters.
+_DECADES = (step * 10**decade for decade in range(7) for step in (1, 2, 3, 5, 7))
+BOUNDS_MS: tuple[int, ...] = (*(bound for bound in _DECADES if bound < 3_600_000), 3_600_000)
+#: How long the statistics of a name live after its last recorded use (seven days).
+STATS_TTL_MS = 7 * 24 * 3600 * 1000
+
+# Recording into a lock's statistics hash (KEYS[4] of the scripts that record): ``n``
+# acquisitions recorded at their release, ``b`` busy answers (an acquire's first), ``l`` lost
+# holds (found gone by their holder), ``m`` the longest hold (ms), ``t`` the lock's timeout
+# (ms, as last released), ``h<i>``/``w<i>`` the hold and wait histograms' buckets. Run through
+# pcall: a statistics key someone else broke never fails a release.
+_STATS = (
+    "local BOUNDS = {"
+    + ", ".join(str(bound) for bound in BOUNDS_MS)
+    + "}\n"
+    + f"local STATS_TTL_MS = {STATS_TTL_MS}\n"
+    + """
+local function bucket(ms)  -- the histogram bucket of a value: the first bound above it
+  if ms < 1 then return 0 end
+  local lo, hi = 2, #BOUNDS + 1
+  while lo < hi do
+    local mid = math.floor((lo + hi) / 2)
+    if ms < BOUNDS[mid] then hi = mid else lo = mid + 1 end
+  end
+  return lo - 1
+end
+
+local function count(stats, field)
+  redis.call('HINCRBY', stats, field, 1)
+  redis.call('PEXPIRE', stats, STATS_TTL_MS)
+end
+
+-- A hold that lasted hold_ms, after an acquire that waited wait_ms, of a lock whose timeout
+-- is ttl_ms. Waits under a millisecond (bucket 0, most of them) are not written: they are
+-- the holds recorded less the other waits.
+local function record(stats, hold_ms, wait_ms, ttl_ms)
+  redis.call('HINCRBY', stats, 'n', 1)
+  redis.call('HINCRBY', stats, 'h' .. bucket(hold_ms), 1)
+  if wait_ms >= 1 then redis.call('HINCRBY', stats, 'w' .. bucket(wait_ms), 1) end
+  local seen = redis.call('HMGET', stats, 'm', 't')
+  local longest = tonumber(seen[1] or '') or 0
+  if hold_ms > longest or tonumber(seen[2] or '') ~= ttl_ms then
+    redis.call('HSET', stats, 'm', string.format('%d', math.max(hold_ms, longest)), 't', ttl_ms)
+  end
+  redis.call('PEXPIRE', stats, STATS_TTL_MS)
+end
+
+-- After a release by its holder: record the hold (from its start, ``a``), if asked to
+-- (ARGV[3] '1'; ARGV[4] the acquire's wait ms, ARGV[5] the lock's timeout ms).
+local function record_release(lock_start, now)
+  local started = tonumber(lock_start or '')
+  if ARGV[3] ~= '1' or not started then return end
+  pcall(record, KEYS[4], math.max(now - started, 0) / 1000, tonumber(ARGV[4]) or 0,
+        tonumber(ARGV[5]) or 0)
+end
+"""
+)
+
 
 # Waiters behind the first look again after this part of the hand-over lease, so that the
 # one that becomes first after a hand-over looks at the new lease in time by itself.
@@ -122,14 +186,16 @@ local function free(lock, queue, waiters, now, tombstone_ms)
 end
 """
 
-# KEYS: lock, queue, waiters
+# KEYS: lock, queue, waiters, stats
 # ARGV: secret, ttl ms, owner, label, wait ms (0: do not queue, and leave the queue; n: queue,
-#       and wait at most n ms for a grant before trying again), channel, grace ms
+#       and wait at most n ms for a grant before trying again), channel, grace ms, count busy
+#       ('1': count a busy answer in the statistics)
 # Returns the fencing token (an integer) when acquired (also when handed over to this secret
 # earlier, then with the lease made at least ttl; one integer parses quicker than an array),
-# else {ms left of the holder's lease, ms to wait before trying again}: the first waiter tries
-# again when the lease ends, in case the holder died; the others after NEXT_WAITER_SLICE_MS at
-# most (one of them may be first by then), unless a release hands them the lock before.
+# else {ms left of the holder's lease, ms to wait before trying again, ms the holder has held
+# it (-1: unknown)}: the first waiter tries again when the lease ends, in case the holder died;
+# the others after NEXT_WAITER_SLICE_MS at most (one of them may be first by then), unless a
+# release hands them the lock before.
 ACQUIRE = (
     """
 local lock, queue, waiters = KEYS[1], KEYS[2], KEYS[3]
@@ -154,6 +220,7 @@ end
 """
     + _PRELUDE
     + _QUEUE_PRELUDE
+    + _STATS
     + """
 if holder == secret then
   if redis.call('PTTL', lock) < ttl then redis.call('PEXPIRE', lock, ttl) end
@@ -173,13 +240,17 @@ if not holder then
   hand_over(lock, queue, waiters, now)
 end
 local left = redis.call('PTTL', lock)
+-- Busy: counted once per acquire (ARGV[8] '1' on its first attempt); the holder's hold so far.
+if ARGV[8] == '1' then pcall(count, KEYS[4], 'b') end
+local started = tonumber(redis.call('HGET', lock, 'a') or '')
+local elapsed = started and math.floor(math.max(now - started, 0) / 1000) or -1
 local wait = tonumber(ARGV[5])
 if wait == 0 then
   if redis.call('ZREM', queue, secret) == 1 then
     redis.call('HDEL', waiters, secret)
     nudge_first(queue, waiters, math.floor(now / 1000), left)  -- it may have waited behind us
   end
-  return {left, 0}
+  return {left, 0, elapsed}
 end
 local now_ms = math.floor(now / 1000)
 local head = first_live(queue, waiters, now_ms)
@@ -196,22 +267,28 @@ if redis.call('PTTL', queue) < keep then
   redis.call('PEXPIRE', queue, keep)
   redis.call('PEXPIRE', waiters, keep)
 end
-return {left, wait}
+return {left, wait, elapsed}
 """
 )
 
-# KEYS: lock, queue, waiters
-# ARGV: secret, tombstone ms
+# KEYS: lock, queue, waiters, stats
+# ARGV: secret, tombstone ms, record ('1': record the hold in the statistics), the acquire's
+#       wait ms, the lock's timeout ms
 # Returns 1 when released, 2 when released and handed to a waiter, 3 when this secret released
 # the lock already (a retry after a lost reply: field ``r`` keeps the last secret released by
-# its holder, until the next release or the key's end), 0 when the secret does not hold it.
+# its holder, until the next release or the key's end), 0 when the secret does not hold it
+# (counted as a lost hold).
 RELEASE = (
-    """
-local held = redis.call('HMGET', KEYS[1], 's', 'r')
+    _STATS
+    + """
+local held = redis.call('HMGET', KEYS[1], 's', 'r', 'a')
 if held[1] ~= ARGV[1] then
   if held[2] == ARGV[1] then return 3 end
+  if ARGV[3] == '1' then pcall(count, KEYS[4], 'l') end
   return 0
 end
+local t = redis.call('TIME')
+record_release(held[3], tonumber(t[1]) * 1000000 + tonumber(t[2]))
 redis.call('HSET', KEYS[1], 'r', ARGV[1])
 if redis.call('EXISTS', KEYS[2]) == 0 then  -- nobody waits: tombstone() inline
   redis.call('HDEL', KEYS[1], 's', 'o', 'l', 'a')
@@ -268,12 +345,23 @@ return 0
 """
 )
 
-# KEYS: lock
+# KEYS: lock, stats (optional)
 # ARGV: secret, ms, mode ('add': ms more; 'replace': exactly ms; 'atleast': at least ms;
-#       'check': change nothing)
+#       'check': change nothing), record ('1': count a hold found gone as lost, except 'check')
 # Returns the lease left in ms (1 for 'check'), or 0 when the secret does not hold the lock.
-EXTEND = """
-if redis.call('HGET', KEYS[1], 's') ~= ARGV[1] then return 0 end
+EXTEND = (
+    """
+if redis.call('HGET', KEYS[1], 's') ~= ARGV[1] then
+  if ARGV[4] == '1' and ARGV[3] ~= 'check' and KEYS[2] then
+    pcall(function()
+      redis.call('HINCRBY', KEYS[2], 'l', 1)
+      redis.call('PEXPIRE', KEYS[2], """
+    + str(STATS_TTL_MS)
+    + """)
+    end)
+  end
+  return 0
+end
 if ARGV[3] == 'check' then return 1 end
 local ms, mode = tonumber(ARGV[2]), ARGV[3]
 local left = redis.call('PTTL', KEYS[1])
@@ -285,6 +373,7 @@ end
 redis.call('PEXPIRE', KEYS[1], ms)
 return ms
 """
+)
 
 # KEYS: lock keys (any number; this reads many in one round trip, for listing)
 # ARGV: none
@@ -305,6 +394,164 @@ return cjson.encode(out)
 """
 
 
+# -- quorum mode (see ``quorum.py``): the same keys on each of several independent primaries.
+# A quorum lock never queues on a primary: a waiter notes its process channel in ``waiters``
+# (secret -> channel) and is told of the release (``secret:0``), then tries again.
+
+# Wakes the watchers of a lock once it is free (KEYS[3]: the watchers hash).
+_WAKE_WATCHERS = """
+local function wake(watchers)
+  if redis.call('EXISTS', watchers) == 0 then return end
+  local all = redis.call('HGETALL', watchers)
+  for i = 1, #all, 2 do redis.call('PUBLISH', all[i + 1], all[i] .. ':0') end
+  redis.call('DEL', watchers)
+end
+"""
+
+#: How far a proposed fencing token may run ahead of a primary's clock (microseconds).
+QUORUM_MAX_LEAD_US = 1_000_000
+
+# KEYS: lock, queue (unused), watchers, stats
+# ARGV: secret (of this attempt: "<acquire's secret>.<n>"), ttl ms, owner, label, watch ms (0: no
+#       watcher entry, and drop it), channel, proposed token, the acquire's secret (the watcher),
+#       count busy ('1': count a busy answer in the statistics)
+# Returns the fencing token when granted (max(last + 1, server clock in us, the proposal, which
+# may lead the clock by at most QUORUM_MAX_LEAD_US): callers propose one token so that a
+# majority's grants agree), else {ms left of the holder's lease, 0, ms the holder has held it}.
+QUORUM_ACQUIRE = f"""
+local lock, watchers, secret = KEYS[1], KEYS[3], ARGV[1]
+local held = redis.call('HMGET', lock, 's', 't')
+if held[1] == secret then  -- granted to this secret before (a retried attempt)
+  if redis.call('PTTL', lock) < tonumber(ARGV[2]) then redis.call('PEXPIRE', lock, ARGV[2]) end
+  return tonumber(held[2])
+end
+if not held[1] then
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local last = tonumber(held[2] or '') or 0  -- a token someone else wrote may be any text
+  if last >= 9e15 then last = 0 end
+  local proposed = math.min(tonumber(ARGV[7]) or 0, now + {QUORUM_MAX_LEAD_US})
+  local token = math.max(last + 1, now, proposed)
+  redis.call('HSET', lock, 's', secret, 't', string.format('%d', token), 'o', ARGV[3],
+             'l', ARGV[4], 'a', string.format('%d', now))
+  redis.call('PEXPIRE', lock, ARGV[2])
+  if ARGV[6] ~= '' then redis.call('HDEL', watchers, ARGV[8]) end
+  return token
+end
+local left = redis.call('PTTL', lock)
+if ARGV[9] == '1' then
+  pcall(function()
+    redis.call('HINCRBY', KEYS[4], 'b', 1)
+    redis.call('PEXPIRE', KEYS[4], {STATS_TTL_MS})
+  end)
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local started = tonumber(redis.call('HGET', lock, 'a') or '')
+local elapsed = started and math.floor(math.max(now - started, 0) / 1000) or -1
+local watch = tonumber(ARGV[5])
+if watch > 0 then
+  redis.call('HSET', watchers, ARGV[8], ARGV[6])
+  local keep = math.max(left, 0) + watch
+  if redis.call('PTTL', watchers) < keep then redis.call('PEXPIRE', watchers, keep) end
+elseif ARGV[6] ~= '' then
+  redis.call('HDEL', watchers, ARGV[8])
+end
+return {{left, 0, elapsed}}
+"""
+
+# KEYS: lock
+# ARGV: secret, token
+# Raises the fencing token of this secret's hold to ``token`` (never lowers it). Returns 1 when
+# the hold has that token now, 0 when the secret does not hold the lock.
+QUORUM_RAISE = """
+local held = redis.call('HMGET', KEYS[1], 's', 't')
+if held[1] ~= ARGV[1] then return 0 end
+if (tonumber(held[2] or '') or 0) < tonumber(ARGV[2]) then
+  redis.call('HSET', KEYS[1], 't', ARGV[2])
+end
+return 1
+"""
+
+# KEYS: lock, queue (unused), watchers, stats
+# ARGV: secret, tombstone ms, record, the acquire's wait ms, the lock's timeout ms (as RELEASE)
+# As RELEASE (1 released, 3 released by this secret already, 0 not held by it: a primary that
+# did not grant it, so not counted as lost here); records the hold; wakes watchers.
+QUORUM_RELEASE = (
+    _WAKE_WATCHERS
+    + _STATS
+    + """
+local held = redis.call('HMGET', KEYS[1], 's', 'r', 'a')
+if held[1] ~= ARGV[1] then
+  if held[2] == ARGV[1] then return 3 end
+  return 0
+end
+local t = redis.call('TIME')
+record_release(held[3], tonumber(t[1]) * 1000000 + tonumber(t[2]))
+redis.call('HSET', KEYS[1], 'r', ARGV[1])
+redis.call('HDEL', KEYS[1], 's', 'o', 'l', 'a')
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+wake(KEYS[3])
+return 1
+"""
+)
+
+# KEYS: lock, queue (unused), watchers
+# ARGV: secret, tombstone ms
+# As LEAVE: frees the lock if this secret holds it, or an attempt of the acquire whose secret
+# it is ("<secret>.<n>") does (1, no ``r``: its holder never knew), else drops the secret's
+# watcher entry (0).
+QUORUM_LEAVE = (
+    _WAKE_WATCHERS
+    + """
+local holder = redis.call('HGET', KEYS[1], 's')
+if holder and (holder == ARGV[1] or string.sub(holder, 1, #ARGV[1] + 1) == ARGV[1] .. '.') then
+  redis.call('HDEL', KEYS[1], 's', 'o', 'l', 'a')
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  wake(KEYS[3])
+  return 1
+end
+redis.call('HDEL', KEYS[3], ARGV[1])
+return 0
+"""
+)
+
+# KEYS: lock, queue (unused), watchers
+# ARGV: tombstone ms, secret of the hold to release ('': whichever holds it)
+# Returns what was released, {token, owner, label, acquired-at, 1}, or an empty array.
+QUORUM_FORCE = (
+    _WAKE_WATCHERS
+    + """
+local held = redis.call('HMGET', KEYS[1], 's', 't', 'o', 'l', 'a')
+if not held[1] or (ARGV[2] ~= '' and held[1] ~= ARGV[2]) then return {} end
+redis.call('HDEL', KEYS[1], 's', 'o', 'l', 'a')
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
+wake(KEYS[3])
+return {held[2], held[3], held[4], held[5], 1}
+"""
+)
+
+
+# KEYS: stats
+# ARGV: field
+# Counts one more of ``field`` (a quorum's lost hold, which no one primary can tell).
+STATS_COUNT = (
+    _STATS
+    + """
+pcall(count, KEYS[1], ARGV[1])
+return 1
+"""
+)
+
+# KEYS: stats
+# Returns the statistics hash of a lock as a flat array of fields and values (empty: none).
+STATS_READ = """
+local ok, found = pcall(redis.call, 'HGETALL', KEYS[1])
+if ok then return found end
+return {}
+"""
+
+
 def decode_read(raw: bytes | str) -> list[Any]:
     """READ's reply as a list, six values per key (bytes that are not UTF-8 replaced)."""
     values: list[Any] = json.loads(
@@ -321,6 +568,13 @@ SOURCES = {
     "force_release": FORCE_RELEASE,
     "extend": EXTEND,
     "read": READ,
+    "quorum_acquire": QUORUM_ACQUIRE,
+    "quorum_raise": QUORUM_RAISE,
+    "quorum_release": QUORUM_RELEASE,
+    "quorum_leave": QUORUM_LEAVE,
+    "quorum_force": QUORUM_FORCE,
+    "stats_count": STATS_COUNT,
+    "stats_read": STATS_READ,
 }
 
 

@@ -98,6 +98,19 @@ def wait_replicas(value: object) -> int:
     return value
 
 
+#: ``timeout="auto"``: the suggested timeout of the lock's statistics, once known.
+AUTO = "auto"
+
+
+def validate_timeout(value: object, what: str) -> int | None:
+    """A lock timeout in milliseconds, or None for ``"auto"`` (see stats.py)."""
+    if value == AUTO and isinstance(value, str):
+        return None
+    if isinstance(value, str):
+        raise TypeError(f'{what} must be a number of seconds or "auto", not {value!r}.')
+    return seconds_to_ms(value, what)
+
+
 def validate_blocking_timeout(value: object) -> float | None:
     """``value`` as seconds to wait at most: None (no limit), or zero or more."""
     if value is None:
@@ -149,11 +162,41 @@ def validate_optional_flag(value: object, what: str) -> bool | None:
     return None if value is None else validate_flag(value, what)
 
 
-def validate_using(using: object) -> str | None:
-    """``using`` if it can name a cache alias (a str), or None for the REDIS_LOCK CACHE."""
-    if using is not None and not isinstance(using, str):
-        raise TypeError(f"using must be a cache alias (str) or None, not {type(using).__name__}.")
-    return using
+#: Where locks live: a cache alias, a quorum of them (a tuple), or None for REDIS_LOCK CACHE.
+Using = str | tuple[str, ...] | None
+#: The fewest cache aliases a quorum lock may use.
+MIN_QUORUM = 3
+
+
+def validate_using(using: object, what: str = "using") -> Using:
+    """``using`` if it can name a cache alias (a str) or a quorum of at least three distinct
+    ones (a list or tuple of str, as a tuple), or None for the REDIS_LOCK CACHE."""
+    if using is None or isinstance(using, str):
+        return using
+    if not isinstance(using, (list, tuple)):
+        raise TypeError(
+            f"{what} must be a cache alias (str), a list of at least {MIN_QUORUM} aliases (a "
+            f"quorum lock) or None, not {type(using).__name__}."
+        )
+    for alias in using:
+        if not isinstance(alias, str):
+            raise TypeError(
+                f"{what} lists cache aliases (str), not {type(alias).__name__}: {using!r}."
+            )
+    if len(using) < MIN_QUORUM:
+        raise ValueError(
+            f"A quorum lock needs at least {MIN_QUORUM} cache aliases, each an independent Redis "
+            f"primary ({what} has {len(using)}: {list(using)!r}); a majority of them must grant "
+            "it, so that it survives a minority of them failing."
+        )
+    duplicates = sorted({alias for alias in using if using.count(alias) > 1})
+    if duplicates:
+        raise ValueError(
+            f"{what} names the cache alias{'es' if len(duplicates) > 1 else ''} "
+            f"{', '.join(map(repr, duplicates))} more than once: each primary of a quorum "
+            "counts once."
+        )
+    return tuple(using)
 
 
 def validate_pattern(pattern: object) -> str:

@@ -321,6 +321,8 @@ class Acquired(NamedTuple):
 
     token: int
     handed_over: bool
+    #: The secret of the hold when it is not the acquire's own (a quorum attempt's).
+    secret: str | None = None
 
 
 def attempts(
@@ -329,13 +331,15 @@ def attempts(
     channel: str,
     wait: bool,
     limit: float | None,
-    busy: Callable[[int, bool], None],
+    busy: Callable[[int, bool, int], None],
     confirm: bool = False,
+    record: str = "",
 ) -> Flow[Acquired | None]:
     """Try to acquire, and while waiting is allowed, queue and wait for the hand-over.
 
     ``args`` are the acquire script's first (secret, lease ms, owner, label); ``busy(lease
-    left ms, first)`` hears every busy answer. A waiter queues in Redis with its first attempt
+    left ms, first, ms the holder has held it)`` hears every busy answer; ``record`` ("1")
+    counts the first in the lock's statistics. A waiter queues in Redis with its first attempt
     and is woken by the release that hands it the lock. Without a grant it tries again after
     the wait the script gave it: the first waiter when the holder's lease ends (the holder may
     have died), the others after a longer slice. The last attempt, at the deadline, also
@@ -358,8 +362,12 @@ def attempts(
             )
         sent = time.monotonic()
         try:
+            counted = "" if listening else record
             result = yield Call(
-                "acquire", keys.all, [*args, wait_ms, channel, _QUEUE_GRACE_MS], acked=True
+                "acquire",
+                keys.all,
+                [*args, wait_ms, channel, _QUEUE_GRACE_MS, counted],
+                acked=True,
             )
         except LockNotReplicated as short:
             if not isinstance(short.reply, list):
@@ -374,7 +382,7 @@ def attempts(
                 )
             return Acquired(int(result), handed_over=False)
         lease_left, script_wait = int(result[0]), int(result[1])
-        busy(lease_left, not listening)
+        busy(lease_left, not listening, int(result[2]) if len(result) > 2 else -1)
         if not wait_ms:  # not queued: not blocking, or the deadline passed
             return None
         if not listening:

@@ -169,6 +169,10 @@ class Watchdog:
 
     def settle(self, leave: Leave) -> None:
         """Send LEAVE for an attempt whose outcome is unknown, until Redis answers."""
+        if leave.backend.quorum:  # settled on each of its primaries, each on its own
+            for backend, keys, script in leave.backend.parts(leave.keys, leave.script):
+                self.settle(Leave(backend, keys, leave.args, script))
+            return
         with self._cond:
             if self._leaves >= _MAX_LEAVES:
                 logger.warning("Too many lock attempts to settle; a grant may outlive its caller.")
@@ -245,11 +249,12 @@ class Watchdog:
             self.remove(hold)
             return
         sent = time.monotonic()
-        backend, args = hold.backend, [hold.secret, hold.ttl_ms, "atleast"]
+        backend, keys = hold.backend, (hold.keys.lock, hold.keys.stats)
+        args = [hold.secret, hold.ttl_ms, "atleast", lock_settings.stats]
         # With WAIT_REPLICAS a renewal counts once replicas have it: a failover to one that
         # lacks it would end the hold at its old lease (LockNotReplicated: retried).
         run = backend.run_acked if backend.wait_replicas else backend.run
-        left = run("extend", (hold.keys.lock,), args)
+        left = run("extend", keys, args)
         if not left:
             self._lose(hold)
             return

@@ -28,7 +28,8 @@ from django_redis_lock.exceptions import LockBusy, LockError, LockUnavailable
 from django_redis_lock.integrations import celery_task_id, request_in
 from django_redis_lock.lock import Lock
 from django_redis_lock.naming import InvalidName, NameSpec, Naming
-from django_redis_lock.validation import MAX_LABEL_LENGTH, shorten
+from django_redis_lock.stats import LockStats
+from django_redis_lock.validation import MAX_LABEL_LENGTH, Using, shorten
 
 logger = logging.getLogger("django_redis_lock")
 
@@ -38,12 +39,12 @@ class Options:
     """The options given to @locked, checked."""
 
     name: NameSpec
-    timeout: float | None
+    timeout: float | str | None
     blocking_timeout: float | None
     auto_renew: bool | None
     on_busy: Callable[..., Any] | None
     label: str | None
-    using: str | None
+    using: Using
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,7 @@ class Step(enum.Enum):
     RUN = enum.auto()  # what the decorated callable returned
     ON_BUSY = enum.auto()  # what on_busy returned
     RELEASE = enum.auto()  # None: the lock is released (a failure is logged)
+    STATS = enum.auto()  # the lock's statistics (None: none, or not readable)
 
 
 class Call:
@@ -97,7 +99,11 @@ class Call:
             raise
         if not acquired:
             if self.spec.options.on_busy is None:
-                return self._busy()
+                # A view tells when to retry: the holder's typical remaining hold if known.
+                stats = None
+                if self.request is not None and lock_settings.stats:
+                    stats = yield Step.STATS
+                return self._busy(stats)
             logger.info("Lock %r is busy: %s returns on_busy.", self.lock.name, self.spec.label)
             return (yield Step.ON_BUSY)
         try:
@@ -164,14 +170,24 @@ class Call:
         )
         return responses.invalid_name(self.request, exc)
 
-    def _busy(self) -> HttpResponseBase:
-        """A view's answer to a busy lock; functions raise LockBusy."""
+    def _busy(self, stats: LockStats | None = None) -> HttpResponseBase:
+        """A view's answer to a busy lock; functions raise LockBusy.
+
+        Retry-After is the holder's typical remaining hold when the lock's statistics know
+        it (how long holds that lasted as long as this one so far went on), else the lease
+        left, which auto-renewal keeps near the whole timeout.
+        """
         name = self.lock.name
         if self.request is None:
             raise LockBusy(f"The lock {name!r} is held by someone else.")
         status = int(lock_settings.BUSY_STATUS)
         logger.info("Lock %r is busy: %s answers %s.", name, self.spec.label, status)
-        return responses.busy(self.request, status, self.lock.busy_ttl)
+        retry, held = self.lock.busy_ttl, self.lock.busy_held
+        if stats is not None and held is not None:
+            remaining = stats.expected_remaining(held)
+            if remaining is not None:
+                retry = remaining if retry is None else min(retry, remaining)
+        return responses.busy(self.request, status, retry)
 
     def _unavailable(self, exc: LockUnavailable) -> HttpResponseBase | None:
         """None to run unlocked (if so configured), a 503 for views; raises for functions."""
@@ -262,6 +278,11 @@ class SyncDriver:
             case Step.RELEASE:
                 call.release()
                 return None
+            case Step.STATS:
+                try:
+                    return call.lock.stats()
+                except LockError:  # Redis failed meanwhile: the lease left will do
+                    return None
 
 
 class AsyncDriver:
@@ -304,6 +325,11 @@ class AsyncDriver:
             case Step.RELEASE:
                 await asyncio.shield(call.arelease())  # runs to its end even when cancelled
                 return None
+            case Step.STATS:
+                try:
+                    return await call.lock.astats()
+                except LockError:
+                    return None
 
 
 async def _awaited(value: Any) -> Any:

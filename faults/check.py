@@ -36,6 +36,7 @@ class Result:
     overlaps: int = 0
     late_accepted: int = 0
     stale_accepted: int = 0
+    tokens_back: int = 0
     lost_updates: int = 0
     unavailable: int = 0
     release_failed: int = 0
@@ -85,6 +86,10 @@ def check(outcome: Outcome) -> Result:
         if section.token < highest:
             result.stale_accepted += 1
         highest = max(highest, section.token)
+    by_start = sorted(sections, key=lambda s: s.start)
+    result.tokens_back = sum(
+        1 for before, after in itertools.pairwise(by_start) if after.token <= before.token
+    )
     result.lost_updates = len(accepted) - outcome.counter[0]
     for event in events:
         if event.kind in UNAVAILABLE:
@@ -156,6 +161,8 @@ def _violations(result: Result) -> list[str]:
         found.append(f"{result.overlaps} overlapping sections")
     if result.stale_accepted:
         found.append(f"{result.stale_accepted} stale writes accepted")
+    if result.tokens_back and "overlaps" not in scenario.allows:
+        found.append(f"{result.tokens_back} sections with a token not above the one before")
     if result.lost_updates and "lost-updates" not in scenario.allows:
         found.append(f"{result.lost_updates} lost updates")
     if result.hangs:

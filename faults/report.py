@@ -33,11 +33,14 @@ fencing token: ``UPDATE counter SET value = value + 1, token = ? WHERE token <= 
 recorded in the store's own transaction. A controller injects the faults for real (SIGKILL or
 SIGSTOP of the worker that holds the lock, SIGSTOP or SIGKILL and restart of redis-server,
 ``SENTINEL FAILOVER`` or SIGKILL of the primary, SIGKILL of a cluster primary, the lock's or
-another, restarted once a replica took over and the workers recovered) and every wait is
-bounded. The cache has a {SOCKET_TIMEOUT:g} s socket timeout unless the scenario says otherwise;
-the single server keeps an append-only file synced at every write, so a restart keeps its
-locks. The cluster (three primaries with a replica each, node timeout 1 s) is reached through
-django-valkey's ``ClusterValkeyCache``.
+another, restarted once a replica took over and the workers recovered, SIGKILL or SIGSTOP of
+primaries of a quorum) and every wait is bounded. The cache has a {SOCKET_TIMEOUT:g} s socket
+timeout unless the scenario says otherwise; the single server keeps an append-only file synced
+at every write, so a restart keeps its locks. The cluster (three primaries with a replica each,
+node timeout 1 s) is reached through django-valkey's ``ClusterValkeyCache``. The quorum is five
+independent redis-servers that keep nothing on disk, one django-redis cache alias each, which
+``REDIS_LOCK["CACHE"]`` lists; a killed one restarts empty once it has been down for longer
+than the lease, as Redlock requires.
 
 Columns: *sections* accepted writes; *refused* writes the fence refused; *overlaps* pairs of
 sections intersecting in time, as the store saw them; *late acc.* writes accepted after another
@@ -102,6 +105,23 @@ commands (``CLUSTERDOWN``) from the moment the failed primary is flagged until i
 elected, so sections pause for about that long (*pause s*). In
 ``cluster-other-primary-kill-partial`` the nodes run with ``cluster-require-full-coverage no``:
 sections go on through the failure, and the listeners move to another node.
+
+Quorum locks
+------------
+
+``quorum-primary-kill`` kills two of the five primaries while they hold the lock: the other
+three are a majority, so sections go on at once (a killed primary refuses connections, and each
+process then skips it for a second). ``quorum-primary-freeze`` stops one instead: a call waits
+for it up to the socket timeout, then the process skips it, so sections pause about that long.
+
+``quorum-restart-after-ttl`` is the case Redlock's delayed restarts are for. Two primaries are
+down while a worker takes the lock from the other three; the worker is stopped (SIGSTOP) within
+its lease, the two come back empty, and one of the three is killed: the hold is now on two of
+five primaries, and the other workers can get only two grants more, not a majority. The stopped
+worker resumes within its lease, writes and releases; the killed primary comes back empty only
+once it has been down for longer than the lease, when nothing it granted can still be held.
+Brought back at once instead, it would give the other workers a majority while the stopped one
+still holds the lock: two holders (the suite sees them as overlapping sections).
 """
 
 
@@ -135,6 +155,8 @@ def _scenarios(results: list[Result]) -> str:
         options = [f"topology {scenario.topology}", f"variant {scenario.variant}"]
         options.append(f"socket timeout {scenario.socket_timeout or 'none'}")
         options.append(f"WAIT_REPLICAS {scenario.wait_replicas}")
+        if scenario.lease != LEASE:
+            options.append(f"lease {scenario.lease:g} s")
         seen = "as promised" if result.passed else "VIOLATED: " + "; ".join(result.violations)
         recoveries = ", ".join(f"{r:.2f}" if r is not None else "none" for r in result.recoveries)
         pauses = ", ".join(f"{p:.2f}" for p in result.pauses if p is not None)

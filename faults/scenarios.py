@@ -24,7 +24,15 @@ from pathlib import Path
 from typing import Any
 
 from faults.store import FENCED, READ_WRITE, Fault, Store, create
-from faults.topologies import TOPOLOGIES, Cluster, Sentinel, Topology, pubsub_clients
+from faults.topologies import (
+    TOPOLOGIES,
+    Cluster,
+    Quorum,
+    QuorumHold,
+    Sentinel,
+    Topology,
+    pubsub_clients,
+)
 from testproject.redis_server import die_with_parent
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -54,6 +62,26 @@ CLUSTER_PAUSE = CLUSTER_TAKEOVER + CLUSTER_RECOVERY
 OTHER_PRIMARY_PAUSE = 1.0 + LEASE + 0.5
 # With full coverage off nothing waits: hand-overs between sections, and slack.
 PARTIAL_COVERAGE_PAUSE = 0.5
+# A killed quorum primary comes back empty (it keeps nothing on disk) only once it has been
+# down for the lease and this much more, as Redlock requires: the holds it granted have ended.
+RESTART_MARGIN = 0.5
+# The lease of quorum-restart-after-ttl: its holder is stopped for half of it, and that must
+# outlast the second for which each process skips a primary that failed to answer (the two
+# restarted ones, see django_redis_lock.quorum), so that the other workers ask all five again
+# while the holder is stopped: had the killed one come back before the lease ended, they
+# would make a majority without it.
+STOPPED_HOLDER_LEASE = 3.0
+# The quorum's socket timeout: a frozen primary costs a call this long, then each process
+# skips it for a second (while the others make a majority).
+QUORUM_SOCKET_TIMEOUT = 0.5
+# From a quorum fault's end to the next section: a hand-over, and slack.
+QUORUM_RECOVERY = LEASE + 0.5
+# The longest stretch without a section while two of five primaries are down (refused at
+# once): hand-overs between sections, and slack.
+QUORUM_PAUSE = 0.5
+# While one primary is stopped: a release and the next acquire (another process, which has
+# not yet learnt to skip it) may each wait for the socket timeout; slack.
+QUORUM_FREEZE_PAUSE = 2 * QUORUM_SOCKET_TIMEOUT + 0.5
 
 
 @dataclass(frozen=True)
@@ -75,6 +103,8 @@ class Scenario:
     max_pause: float | None = None
     # Whether the short run (CI) plays it.
     short: bool = True
+    # The lock's timeout in the workers.
+    lease: float = LEASE
 
 
 @dataclass
@@ -205,6 +235,51 @@ SCENARIOS = [
         max_pause=PARTIAL_COVERAGE_PAUSE,
         short=False,
     ),
+    Scenario(
+        "quorum-primary-kill",
+        "quorum",
+        "quorum-primary-kill",
+        "a quorum lock on five primaries goes on while two of them are down (two that hold it "
+        "when killed): no two holders, tokens increase; restarted empty after more than the "
+        "lease, they change nothing",
+        socket_timeout=QUORUM_SOCKET_TIMEOUT,
+        max_recovery=QUORUM_RECOVERY,
+        max_pause=QUORUM_PAUSE,
+    ),
+    Scenario(
+        "quorum-primary-freeze",
+        "quorum",
+        "quorum-primary-freeze",
+        "a stopped primary (one that holds the lock) costs a call at most its socket timeout; "
+        "the other four go on granting; no two holders, tokens increase",
+        socket_timeout=QUORUM_SOCKET_TIMEOUT,
+        max_recovery=QUORUM_RECOVERY,
+        max_pause=QUORUM_FREEZE_PAUSE,
+        short=False,
+    ),
+    Scenario(
+        "quorum-holder-kill",
+        "quorum",
+        "holder-kill",
+        "a crashed holder of a quorum lock blocks the others for at most its lease",
+        socket_timeout=QUORUM_SOCKET_TIMEOUT,
+        max_recovery=LEASE + 0.5,
+        short=False,
+    ),
+    Scenario(
+        "quorum-restart-after-ttl",
+        "quorum",
+        "quorum-restart-after-ttl",
+        "a hold on three of five primaries (two were down), its holder stopped within its "
+        "lease, one of the three killed and restarted empty after more than the lease: the "
+        "other workers get no majority while the stopped one holds (no two holders), then go "
+        "on; tokens increase",
+        socket_timeout=QUORUM_SOCKET_TIMEOUT,
+        max_recovery=QUORUM_RECOVERY,
+        max_pause=QUORUM_RECOVERY,
+        short=False,
+        lease=STOPPED_HOLDER_LEASE,
+    ),
 ]
 
 
@@ -229,6 +304,8 @@ class Run:
         self.repeats = repeats
         self.freeze = freeze
         self.topology: Topology = TOPOLOGIES[scenario.topology]()
+        if isinstance(self.topology, Quorum):
+            self.topology.restart_after = scenario.lease + RESTART_MARGIN
         self.store_path = directory / "store.sqlite3"
         self.stop_file = directory / "stop"
         self.workers: dict[int, subprocess.Popen[bytes]] = {}
@@ -240,7 +317,7 @@ class Run:
     def spawn(self, index: int) -> None:
         """Start worker ``index`` (again, after a kill)."""
         s = self.scenario
-        args = [s.variant, LEASE, WORK, BLOCKING_TIMEOUT, self.stop_file]
+        args = [s.variant, s.lease, WORK, BLOCKING_TIMEOUT, self.stop_file]
         log = open(self.directory / f"worker-{index}.log", "ab")  # noqa: SIM115 (the child's)
         with log:
             self.workers[index] = subprocess.Popen(
@@ -305,6 +382,9 @@ class Run:
             "primary-kill": self._fail_over,
             "lock-primary-kill": self._kill_cluster_primary,
             "other-primary-kill": self._kill_cluster_primary,
+            "quorum-primary-kill": self._kill_quorum_primaries,
+            "quorum-primary-freeze": self._freeze_quorum_primary,
+            "quorum-restart-after-ttl": self._restart_quorum_primary,
         }
         start, detail, victim = plays[kind]()
         end = time.monotonic()
@@ -369,6 +449,104 @@ class Run:
         whose = "the lock's primary" if serving else "another primary"
         detail = f"{whose} killed (SIGKILL, port {old.port}, {listeners} listeners on it)"
         return start, f"{detail}: replica {new.port} took over", None
+
+    def _settled_hold(self, besides: str = "") -> tuple[Quorum, QuorumHold]:
+        """The quorum, and a hold (not the one of secret ``besides``) once every running
+        primary has it: settled, not being granted or released (bounded wait)."""
+        topology = self.topology
+        assert isinstance(topology, Quorum)
+
+        def everywhere() -> QuorumHold | None:
+            hold = topology.hold()
+            running = [server for server in topology.servers if server.running]
+            if hold is None or hold.secret == besides or len(hold.servers) != len(running):
+                return None
+            return hold
+
+        hold: QuorumHold = wait_for(everywhere, HOLDER_TIMEOUT, "a hold on every running primary")
+        return topology, hold
+
+    def _stop_quorum_holder(self, besides: str) -> tuple[int, QuorumHold]:
+        """SIGSTOP the worker of a settled hold (not ``besides``) while it holds: its pid and
+        the hold as the stop left it (bounded: another hold is tried if that one was ending)."""
+        deadline = time.monotonic() + HOLDER_TIMEOUT
+        while True:
+            topology, hold = self._settled_hold(besides)
+            match = re.search(r"\bpid (\d+)", hold.owner)
+            pid = int(match[1]) if match else 0
+            if pid in self.pids():
+                os.kill(pid, signal.SIGSTOP)
+                stopped = topology.hold()
+                if stopped is not None and stopped.secret == hold.secret:
+                    return pid, stopped
+                os.kill(pid, signal.SIGCONT)  # stopped as its hold ended: another one
+            if time.monotonic() >= deadline:
+                raise RuntimeError(f"no holder stopped while holding in {HOLDER_TIMEOUT:g} s")
+
+    def _kill_quorum_primaries(self) -> tuple[float, str, int | None]:
+        topology, hold = self._settled_hold()
+        turn = len(self.faults)  # another pair at each repeat
+        victims = [hold.servers[(turn + k) % len(hold.servers)] for k in range(2)]
+        start = time.monotonic()
+        for server in victims:
+            topology.kill(server)
+        topology.heal()  # waits until they have been down for longer than the lease
+        ports = ", ".join(str(server.port) for server in victims)
+        detail = (
+            f"two of {topology.size} primaries holding the lock killed (SIGKILL, ports "
+            f"{ports}), restarted empty after {topology.restart_after:g} s"
+        )
+        return start, detail, None
+
+    def _freeze_quorum_primary(self) -> tuple[float, str, int | None]:
+        _, hold = self._settled_hold()
+        server = hold.servers[len(self.faults) % len(hold.servers)]
+        start = time.monotonic()
+        server.pause()
+        time.sleep(self.freeze)  # the fault itself
+        server.resume()
+        detail = f"a primary holding the lock stopped (SIGSTOP, port {server.port})"
+        return start, f"{detail} for {self.freeze:g} s", None
+
+    def _restart_quorum_primary(self) -> tuple[float, str, int | None]:
+        """Two primaries down; a hold granted by the three left, its holder stopped within
+        its lease; the two back (empty, they never had it); one of the three killed: the
+        hold is on two of five, the others can only make two more. The holder goes on
+        within its lease; the killed one restarts empty once down for longer than the lease:
+        no other worker may take the lock while the stopped one holds it."""
+        topology, before = self._settled_hold()
+        turn = len(self.faults)
+        down = [before.servers[(turn + k) % len(before.servers)] for k in range(2)]
+        start = time.monotonic()
+        for server in down:
+            topology.kill(server)
+        holder, hold = self._stop_quorum_holder(besides=before.secret)
+        stopped = time.monotonic()
+        resume_at = stopped + hold.lease_ms / 2000  # halfway through the lease it had left
+        victim = hold.servers[turn % len(hold.servers)]
+        try:
+            for server in down:
+                topology.restart(server)
+            topology.kill(victim)
+            # the fault itself: the holder resumes, the killed primary restarts once down for
+            # restart_after (later: it is longer than the lease), each at its moment
+            schedule = [
+                (resume_at, partial(os.kill, holder, signal.SIGCONT)),
+                (time.monotonic() + topology.restart_after, partial(topology.restart, victim)),
+            ]
+            for moment, act in sorted(schedule, key=lambda item: item[0]):
+                time.sleep(max(0.0, moment - time.monotonic()))
+                act()
+        finally:
+            os.kill(holder, signal.SIGCONT)
+        detail = (
+            f"two of {topology.size} primaries killed (SIGKILL) and restarted empty; the holder "
+            f"(pid {holder}) of a hold the three others granted stopped (SIGSTOP) for "
+            f"{resume_at - stopped:.2f} s of the {hold.lease_ms / 1000:.2f} s its lease had "
+            f"left; one of the three killed (port {victim.port}) and restarted empty after "
+            f"{topology.restart_after:g} s"
+        )
+        return start, detail, None
 
     # -- the run -------------------------------------------------------------------------------
 

@@ -2,15 +2,18 @@
 
 A topology starts and stops its servers, gives the Django settings that reach it, and plays
 the faults that concern it. ``primary()`` is the server that holds the suite's lock now (on a
-cluster, the primary of the lock key's slot): the scenarios freeze, kill and restart it.
-``heal()`` brings back what a fault left broken once the workers have recovered from it.
+cluster, the primary of the lock key's slot; of a quorum, the first primary that holds it): the
+scenarios freeze, kill and restart it. ``heal()`` brings back what a fault left broken once the
+workers have recovered from it.
 """
 
 from __future__ import annotations
 
+import time
+from collections import Counter
 from collections.abc import Callable
 from functools import partial
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from testproject.redis_server import RedisServer, find_redis_server
 
@@ -237,9 +240,132 @@ def pubsub_clients(server: RedisServer) -> int:
     return len(str(listing).splitlines())
 
 
+class QuorumHold(NamedTuple):
+    """A hold of the suite's lock on a quorum, as its primaries show it."""
+
+    secret: str
+    owner: str
+    servers: list[RedisServer]  # the running primaries that have it
+    lease_ms: int  # the least lease left among them
+
+
+class Quorum:
+    """Five independent primaries started here, one cache alias each (django-redis, with the
+    socket timeouts the scenario sets): REDIS_LOCK CACHE lists the five, a quorum lock.
+
+    The servers keep nothing on disk: a killed primary restarts empty. As Redlock requires of
+    such a primary, ``heal()`` restarts one only when it has been down for ``restart_after``
+    seconds (the scenarios set it above the workers' lease).
+    """
+
+    name = "quorum"
+    size = 5
+
+    def __init__(self) -> None:
+        binary = find_redis_server()
+        self.servers = [RedisServer(binary=binary) for _ in range(self.size)]
+        self.aliases = tuple(f"{CACHE}{i}" for i in range(self.size))
+        self.restart_after = 0.0
+        self.killed: dict[int, float] = {}  # index -> when it was killed (monotonic)
+
+    def start(self) -> None:
+        try:
+            for server in self.servers:
+                server.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        for server in self.servers:
+            server.stop()
+
+    def primary(self) -> RedisServer:
+        """The first primary that holds the lock now, else the first one running."""
+        hold = self.hold()
+        running = [server for server in self.servers if server.running]
+        return (hold.servers if hold else running or self.servers)[0]
+
+    def hold(self) -> QuorumHold | None:
+        """The hold of the suite's lock that a majority of the five primaries have (the same
+        secret in its hash on each), as the running primaries that answer show it; None when
+        no majority has one."""
+        from testproject.topology import ReplyError, call
+
+        found: dict[int, tuple[str, str, int]] = {}
+        for index, (server, key) in enumerate(zip(self.servers, self.lock_keys(), strict=True)):
+            if not server.running or server.paused:
+                continue
+            try:
+                fields = call(server.host, server.port, "HMGET", key, "s", "o")
+                pttl = call(server.host, server.port, "PTTL", key)
+            except (OSError, ReplyError):
+                continue
+            if isinstance(fields, list) and fields[0] and isinstance(pttl, int):
+                found[index] = (str(fields[0]), str(fields[1]), pttl)
+        if not found:
+            return None
+        secret, count = Counter(value[0] for value in found.values()).most_common(1)[0]
+        if count < self.size // 2 + 1:
+            return None
+        having = [i for i, value in found.items() if value[0] == secret]
+        return QuorumHold(
+            secret=secret,
+            owner=found[having[0]][1],
+            servers=[self.servers[i] for i in having],
+            lease_ms=min(found[i][2] for i in having),
+        )
+
+    def lock_keys(self) -> list[str]:
+        """The key of the suite's lock on each primary, as the package computes it."""
+        from django_redis_lock.runtime import runtime
+        from faults.worker import NAME
+
+        backend: Any = runtime().backend(self.aliases)
+        return [member.keys_for(NAME).lock for member in backend.members]
+
+    def kill(self, server: RedisServer) -> None:
+        """SIGKILL a primary (it loses everything it held); ``heal()`` restarts it later."""
+        server.kill()
+        self.killed[self.servers.index(server)] = time.monotonic()
+
+    def restart(self, server: RedisServer) -> None:
+        """Start a killed primary again, empty, on its port."""
+        server.start()
+        self.killed.pop(self.servers.index(server), None)
+
+    def heal(self) -> None:
+        """Resume a stopped primary; restart the killed ones, each once it has been down for
+        ``restart_after`` seconds (a bounded sleep: that time is part of the fault)."""
+        for server in self.servers:
+            if server.paused:
+                server.resume()
+        for index, killed_at in sorted(self.killed.items(), key=lambda item: item[1]):
+            time.sleep(max(0.0, killed_at + self.restart_after - time.monotonic()))
+            self.restart(self.servers[index])
+
+    def settings(self, socket_timeout: float | None, wait_replicas: int) -> dict[str, Any]:
+        """A django-redis alias per primary; REDIS_LOCK CACHE lists them (WAIT_REPLICAS does
+        not apply to a quorum: ``wait_replicas`` is ignored)."""
+        options = {
+            "CLIENT_CLASS": "django_redis.client.DefaultClient",
+            **timeout_options(socket_timeout),
+        }
+        caches = {
+            alias: {
+                "BACKEND": "django_redis.cache.RedisCache",
+                "LOCATION": server.url,
+                "OPTIONS": options,
+            }
+            for alias, server in zip(self.aliases, self.servers, strict=True)
+        }
+        return {"CACHES": caches, "REDIS_LOCK": {"CACHE": list(self.aliases)}}
+
+
 TOPOLOGIES: dict[str, Callable[[], Topology]] = {
     "single": SingleServer,
     "sentinel": Sentinel,
     "cluster": Cluster,
     "cluster-partial-coverage": partial(Cluster, full_coverage=False),
+    "quorum": Quorum,
 }

@@ -126,14 +126,31 @@ def build_caches(url: str) -> dict[str, dict[str, Any]]:
     }
 
 
+def build_quorum_caches(urls: list[str]) -> dict[str, dict[str, Any]]:
+    """One django-redis alias per independent Redis primary, "quorum0" on: the caches of a
+    quorum lock (REDIS_LOCK["CACHE"] lists them)."""
+    return {
+        f"quorum{i}": {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": url,
+            "KEY_PREFIX": "testproject",
+            "OPTIONS": {"SOCKET_CONNECT_TIMEOUT": 1, "SOCKET_TIMEOUT": 1},
+        }
+        for i, url in enumerate(urls)
+    }
+
+
 CACHES = build_caches(REDIS_URL)
+# REDIS_LOCK_QUORUM (Redis URLs separated by commas) makes every lock a quorum lock on them.
+QUORUM_URLS = [url for url in os.environ.get("REDIS_LOCK_QUORUM", "").split(",") if url]
+CACHES.update(build_quorum_caches(QUORUM_URLS))
 
 # Celery (testproject.celery): the tests start a worker with a broker of their own.
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", REDIS_URL)
 CELERY_RESULT_BACKEND = os.environ.get("CELERY_RESULT_BACKEND", CELERY_BROKER_URL)
 CELERY_TASK_TRACK_STARTED = True
 
-REDIS_LOCK = {"CACHE": "default"}
+REDIS_LOCK: dict[str, Any] = {"CACHE": list(build_quorum_caches(QUORUM_URLS)) or "default"}
 
 LOGGING = {
     "version": 1,

@@ -143,6 +143,15 @@ def redis_factory() -> Iterator[RedisServerGroup]:
     group.stop_all()
 
 
+@pytest.fixture(scope="session")
+def celery_broker_server() -> Iterator[RedisServer]:
+    """The broker of the Celery workers the tests start (see tests/celery_worker.py)."""
+    from tests.celery_worker import celery_broker
+
+    with celery_broker() as broker:
+        yield broker
+
+
 @pytest.fixture(params=["sync", "async"])
 def driver(request: pytest.FixtureRequest) -> Iterator[SyncDriver]:
     """Each of the Lock's two APIs in turn (see tests.helpers.SyncDriver): a test taking this

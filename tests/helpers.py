@@ -6,20 +6,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import select
+import signal
 import threading
 import time
-from collections.abc import Callable, Coroutine, Iterator
+from collections import Counter
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from concurrent.futures import Future
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
 from django.dispatch import Signal
+from django.test import Client
 from django.test.utils import override_settings
 
 from django_redis_lock import Lock, lock
 from django_redis_lock.backends import LockKeys
 from django_redis_lock.runtime import runtime
+from django_redis_lock.stats import bucket_of
 from testproject.settings import build_caches
 
 T = TypeVar("T")
@@ -355,3 +360,84 @@ class WatchdogThread:
         before = self.sleeps()
         wait_until(lambda: self.sleeps() > before, timeout=3)
         self.settle()
+
+
+def staff_client(*codenames: str) -> Client:
+    """A test client logged in as a staff user with the lock permissions ``codenames``."""
+    from django.contrib.auth.models import Permission, User
+
+    user = User.objects.create_user("operator", password="x", is_staff=True)
+    user.user_permissions.set(
+        Permission.objects.filter(
+            content_type__app_label="django_redis_lock", codename__in=codenames
+        )
+    )
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def record_stats(
+    client: redis.Redis,
+    name: str,
+    holds_ms: Sequence[float] = (),
+    waits_ms: Sequence[float] = (),
+    *,
+    busy: int = 0,
+    lost: int = 0,
+    timeout: float | None = None,
+) -> None:
+    """Write the statistics hash of ``name`` as the release script would after these holds
+    and waits (milliseconds), busy answers and lost holds, of a lock of ``timeout`` seconds."""
+    fields = Counter(f"h{bucket_of(ms)}" for ms in holds_ms)
+    fields.update(f"w{bucket_of(ms)}" for ms in waits_ms)
+    mapping: dict[str, int] = {**fields, "n": len(holds_ms), "b": busy, "l": lost}
+    if holds_ms:
+        mapping["m"] = int(max(holds_ms))
+    if timeout is not None:
+        mapping["t"] = int(timeout * 1000)
+    client.hset(keys(name).stats, mapping=mapping)  # type: ignore[arg-type]
+
+
+#: How long the children of a test may run before they are killed and the test fails.
+CHILD_SECONDS = 120.0
+
+
+def fork_child(work: Callable[[], object]) -> int:
+    """Run ``work()`` in a forked child process; its pid. The child exits 0 when ``work``
+    returned, 1 when it raised."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            work()
+            code = 0
+        finally:
+            os._exit(code)
+    return pid
+
+
+def wait_children(pids: Sequence[int], timeout: float = CHILD_SECONDS) -> list[int]:
+    """The exit codes of forked children, awaited together for at most ``timeout`` seconds;
+    those still running then are killed (SIGKILL) and the test fails."""
+    deadline = time.monotonic() + timeout
+    codes: dict[int, int] = {}
+    try:
+        for pid in pids:
+            fd = os.pidfd_open(pid)  # readable once the child exits
+            try:
+                select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+            finally:
+                os.close(fd)
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if not done:
+                raise AssertionError(f"child {pid} still ran after {timeout:g} s")
+            codes[pid] = os.waitstatus_to_exitcode(status)
+    finally:
+        for pid in pids:
+            if pid not in codes:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, 0)
+    return [codes[pid] for pid in pids]

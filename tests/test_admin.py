@@ -11,7 +11,7 @@ import pytest
 import redis
 from django.contrib.admin.models import DELETION, LogEntry
 from django.contrib.admin.utils import quote
-from django.contrib.auth.models import Permission, User
+from django.contrib.auth.models import Permission
 from django.contrib.contenttypes.models import ContentType
 from django.core.management import call_command
 from django.test import Client, override_settings
@@ -22,22 +22,10 @@ from django_redis_lock import models as placeholder
 from django_redis_lock.admin import LIST_TEXT_LIMIT, form_value
 from testproject.redis_server import RedisServerGroup
 from testproject.settings import build_caches
-from tests.helpers import commandstats, forge, hold, keys, wait_until
+from tests.helpers import commandstats, forge, hold, keys, staff_client, wait_until
 
 CHANGELIST = "/admin/django_redis_lock/lock/"
 pytestmark = pytest.mark.django_db
-
-
-def _staff(*codenames: str) -> Client:
-    user = User.objects.create_user("operator", password="x", is_staff=True)
-    user.user_permissions.set(
-        Permission.objects.filter(
-            content_type__app_label="django_redis_lock", codename__in=codenames
-        )
-    )
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 def test_anonymous_users_go_to_the_login_page(client: Client) -> None:
@@ -47,7 +35,7 @@ def test_anonymous_users_go_to_the_login_page(client: Client) -> None:
 
 
 def test_staff_without_permission_get_403() -> None:
-    client = _staff()
+    client = staff_client()
     assert client.get(CHANGELIST).status_code == 403
     assert client.get(CHANGELIST + "x/").status_code == 403
     assert client.post(CHANGELIST, {"action": "release_selected"}).status_code == 403
@@ -179,7 +167,7 @@ def test_detail_view(admin_client: Client) -> None:
 
 def test_view_permission_alone_sees_but_cannot_release() -> None:
     hold("report:1", label="import")
-    client = _staff("view_lock")
+    client = staff_client("view_lock")
     page = client.get(CHANGELIST).content.decode()
     assert "report:1" in page
     assert "release_selected" not in page
@@ -197,7 +185,7 @@ def _confirmed(response: Any) -> list[str]:
 
 def test_release_action_confirms_releases_and_logs() -> None:
     [held, _] = hold("report:1", "report:2", label="import")
-    client = _staff("view_lock", "delete_lock")
+    client = staff_client("view_lock", "delete_lock")
     listed = client.get(CHANGELIST).content.decode()
     assert f'value="{form_value("report:1")}"' in listed
     selection = {"action": "release_selected", "_selected_action": [form_value("report:1")]}
@@ -226,7 +214,7 @@ def test_release_action_confirms_releases_and_logs() -> None:
 
 def test_release_spares_a_lock_taken_over_since_the_confirmation() -> None:
     [first] = hold("handover")
-    client = _staff("view_lock", "delete_lock")
+    client = staff_client("view_lock", "delete_lock")
     selection = {"action": "release_selected", "_selected_action": [form_value("handover")]}
     confirm = client.post(CHANGELIST, selection)
     first.release()
@@ -241,7 +229,7 @@ def test_release_spares_a_lock_taken_over_since_the_confirmation() -> None:
 def test_names_that_forms_and_urls_would_mangle_are_released() -> None:
     names = ["line\nbreak", "carriage\rreturn", "nul\x00byte", "..", ".", "a/b", "50%_off"]
     held = hold(*names)
-    client = _staff("view_lock", "delete_lock")
+    client = staff_client("view_lock", "delete_lock")
     listed = client.get(CHANGELIST)
     urls = re.findall(r'<a href="(/admin/django_redis_lock/lock/[^"]+/)">', listed.content.decode())
     assert len(urls) == len(names)
@@ -257,7 +245,7 @@ def test_names_that_forms_and_urls_would_mangle_are_released() -> None:
 
 def test_release_requires_post_with_csrf() -> None:
     hold("report:1", label="import")
-    client = _staff("view_lock", "delete_lock")
+    client = staff_client("view_lock", "delete_lock")
     client.handler.enforce_csrf_checks = True  # type: ignore[attr-defined]
     response = client.post(
         CHANGELIST, {"action": "release_selected", "_selected_action": ["report:1"], "post": "yes"}
@@ -299,7 +287,7 @@ def test_hostile_data_never_breaks_the_pages(redis_client: redis.Redis) -> None:
     hold("fine")
     forge(redis_client, "huge-time", a="1" * 30)
     forge(redis_client, "negative", t="-5")
-    client = _staff("view_lock", "delete_lock")
+    client = staff_client("view_lock", "delete_lock")
     response = client.get(CHANGELIST)
     assert response.status_code == 200
     assert [row["info"].name for row in response.context["locks"]] == ["fine", "negative"]
@@ -322,7 +310,7 @@ def test_hostile_data_never_breaks_the_pages(redis_client: redis.Redis) -> None:
 def test_text_from_redis_is_shown_escaped(redis_client: redis.Redis) -> None:
     name = "invoice\u202egpj.exe"
     forge(redis_client, name, o="host\u200b pid 1\x9b", l="literal \\x1b and real \x1b[31m")
-    client = _staff("view_lock", "delete_lock")
+    client = staff_client("view_lock", "delete_lock")
     selection = {"action": "release_selected", "_selected_action": [form_value(name)]}
     pages = [
         client.get(CHANGELIST).content.decode(),

@@ -13,9 +13,10 @@ from django.contrib.auth.models import User
 
 from django_redis_lock import lock
 from tests.browser import WAIT_SECONDS, browser_fixture, wait_for_text  # noqa: F401  (browser)
-from tests.helpers import forge, hold
+from tests.helpers import forge, hold, record_stats
 
 CHANGELIST = "/admin/django_redis_lock/lock/"
+STATS = CHANGELIST + "stats/"
 #: Set to a folder to keep the admin screenshot (the README's comes from docs/).
 SCREENSHOT_DIR_ENV = "DJANGO_REDIS_LOCK_SCREENSHOT_DIR"
 
@@ -112,3 +113,112 @@ def test_select_all_box(browser: Any, live_server: Any) -> None:
     browser.find_element(By.CSS_SELECTOR, "input[type=submit][value^='Yes']").click()
     wait_for_text(browser, "Released 3 locks; no client was waiting for them.")
     assert not any(each.locked() for each in held)
+
+
+def _visible_box(browser: Any, element: Any) -> dict[str, float]:
+    box: dict[str, float] = browser.execute_script(
+        "return arguments[0].getBoundingClientRect().toJSON()", element
+    )
+    assert element.is_displayed()
+    assert box["width"] > 0
+    assert box["height"] > 0
+    return box
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_lock_statistics_page(
+    browser: Any, live_server: Any, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    """From the list of held locks to the statistics: the charts drawn, in both themes, on a
+    wide and a narrow screen, with nothing on the console."""
+    from selenium.webdriver.common.by import By
+
+    record_stats(
+        redis_client,
+        "nightly-import",
+        [2500] * 40 + [4200] * 12 + [8800] * 3,
+        [0.4] * 55,
+        busy=14,
+        timeout=10,
+    )
+    record_stats(
+        redis_client,
+        "report:2026-11",
+        [35] * 120 + [180] * 60 + [900] * 8,
+        [0.4] * 150 + [40] * 30 + [450] * 8,
+        busy=61,
+        timeout=30,
+    )
+    record_stats(
+        redis_client, "cache:warmup", [120] * 80 + [260] * 20, [0.4] * 100, busy=3, timeout=3600
+    )
+    record_stats(
+        redis_client,
+        "invoice:sync",
+        [8] * 300 + [15] * 90 + [60] * 10,
+        [0.4] * 250 + [6] * 100 + [25] * 50,
+        busy=148,
+        lost=2,
+        timeout=5,
+    )
+    with lock("orders:42", timeout=30):  # and one recorded by the real scripts
+        assert not lock("orders:42").acquire(blocking=False)
+    hold("orders:42")
+    _log_in(browser, live_server, "orders:42")
+
+    link = browser.find_element(By.CSS_SELECTOR, ".object-tools a")
+    assert link.text.casefold() == "lock statistics"  # shown in capitals, as the admin does
+    link.click()
+    wait_for_text(browser, "Most contended lock names")
+    assert browser.current_url == f"{live_server.url}{STATS}"
+    names = [
+        th.text.split("\n")[0]
+        for th in browser.find_elements(By.CSS_SELECTOR, "#stats-table tbody th")
+    ]
+    assert names == [
+        "cache:warmup",
+        "invoice:sync",
+        "nightly-import",
+        "orders:42",
+        "report:2026-11",
+    ]
+    histograms = browser.find_elements(By.CSS_SELECTOR, "svg.histogram")
+    assert len(histograms) == 10  # a hold and a wait histogram per name
+    charts = [*histograms, browser.find_element(By.CSS_SELECTOR, "svg.contention")]
+    for chart in charts:
+        _visible_box(browser, chart)
+        for bar in chart.find_elements(By.CSS_SELECTOR, "rect.bar"):
+            _visible_box(browser, bar)
+    flagged = browser.find_elements(By.CSS_SELECTOR, "#stats-table tr.advice-row .advice li")
+    assert any("too short?" in each.text for each in flagged)
+    assert any("too long?" in each.text for each in flagged)
+
+    folder = Path(os.environ.get(SCREENSHOT_DIR_ENV) or tmp_path)
+    browser.set_window_size(1200, 1300)  # the whole page, for the README
+    browser.find_element(By.ID, "toggle-nav-sidebar").click()  # the page, not the app list
+    assert browser.save_screenshot(str(folder / "admin-stats.png"))
+
+    # The bars take the admin's link colour of each theme (currentColor, its CSS variables).
+    fill = "return getComputedStyle(document.querySelector('svg.histogram rect.bar')).fill"
+    link = "return getComputedStyle(document.documentElement).getPropertyValue('--link-fg')"
+    colours = {}
+    for theme in ("light", "dark"):
+        browser.execute_script(f"document.documentElement.dataset.theme = '{theme}'")
+        colours[theme] = (browser.execute_script(fill), browser.execute_script(link).strip())
+    assert colours["light"][0] != colours["dark"][0]
+    assert colours["dark"] == ("rgb(129, 212, 250)", "#81d4fa")
+
+    browser.set_window_size(400, 900)  # a phone: one block per name, nothing wider than it
+    browser.refresh()
+    wait_for_text(browser, "Most contended lock names")
+    width = browser.execute_script("return window.innerWidth")
+    assert browser.execute_script("return document.documentElement.scrollWidth") <= width
+    for chart in browser.find_elements(By.CSS_SELECTOR, "svg.histogram, svg.contention"):
+        box = _visible_box(browser, chart)
+        assert box["right"] <= width
+
+    # The browser asks for /favicon.ico on its own: that 404 is not the page's.
+    logged = browser.get_log("browser")
+    errors = [e for e in logged if e["level"] == "SEVERE" and "/favicon.ico" not in e["message"]]
+    assert errors == []

@@ -321,3 +321,24 @@ def test_a_cursor_of_slots_no_primary_starts_at_is_refused(on_cluster: ClusterTo
     # naming another slot is of a cluster whose slots moved since.
     with pytest.raises(ValueError, match="first page"):
         get_lock_manager().page(cursor="1-0")
+
+
+def test_statistics_live_beside_each_lock_and_are_read_from_every_primary(
+    on_cluster: ClusterTopology,
+) -> None:
+    names = [f"stats:{i}" for i in range(12)]  # spread over the three primaries
+    for name in names:
+        with lock(name):
+            pass
+    ports = set()
+    for name in names:
+        server = on_cluster.primary_of(keys(name).lock)
+        assert on_cluster.primary_of(keys(name).stats) == server  # the lock's hash tag
+        ports.add(server.port)
+    assert len(ports) > 1
+    found = get_lock_manager().stats("stats:*")
+    assert [stats.name for stats in found] == sorted(names)
+    assert all(stats.acquisitions == 1 for stats in found)
+    one = get_lock_manager().get_stats(names[3])
+    assert one is not None
+    assert one.acquisitions == 1

@@ -6,6 +6,7 @@ import redis
 from django.test import override_settings
 
 from django_redis_lock import Lock, get_lock_manager, lock
+from django_redis_lock.scripts import STATS_TTL_MS
 from tests.helpers import keys, wait_until
 
 
@@ -66,10 +67,16 @@ def test_no_key_stays_forever(redis_client: redis.Redis) -> None:
     waiter = lock("transient", blocking_timeout=0.05)
     assert not waiter.acquire()
     holder.release()
-    keys = redis_client.keys("*transient*")
-    assert keys
-    assert all(redis_client.pttl(key) > 0 for key in keys)
-    with override_settings(REDIS_LOCK={"TOMBSTONE_TIMEOUT": 0.05}):
+    found = redis_client.keys("*transient*")
+    assert found
+    assert all(redis_client.pttl(key) > 0 for key in found)
+    with override_settings(REDIS_LOCK={"TOMBSTONE_TIMEOUT": 0.05, "STATS": False}):
         with lock("gone"):
             pass
         wait_until(lambda: not redis_client.keys("*gone*"))
+    # The statistics of a name outlive its tombstone, and end a week after its last use.
+    with override_settings(REDIS_LOCK={"TOMBSTONE_TIMEOUT": 0.05}):
+        with lock("gone"):
+            pass
+        wait_until(lambda: redis_client.keys("*gone*") == [keys("gone").stats.encode()])
+        assert 0 < redis_client.pttl(keys("gone").stats) <= STATS_TTL_MS

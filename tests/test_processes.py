@@ -9,6 +9,7 @@ import time
 import redis
 
 from django_redis_lock import lock
+from tests.helpers import fork_child, wait_children
 
 
 def _count_under_lock(url: str, rounds: int) -> None:
@@ -22,19 +23,8 @@ def _count_under_lock(url: str, rounds: int) -> None:
 def test_four_processes_keep_a_non_atomic_counter_exact(
     redis_url: str, redis_client: redis.Redis
 ) -> None:
-    pids = []
-    for _ in range(4):
-        pid = os.fork()
-        if pid == 0:
-            code = 1
-            try:
-                _count_under_lock(redis_url, 100)
-                code = 0
-            finally:
-                os._exit(code)
-        pids.append(pid)
-    codes = [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in pids]
-    assert codes == [0, 0, 0, 0]
+    pids = [fork_child(lambda: _count_under_lock(redis_url, 100)) for _ in range(4)]
+    assert wait_children(pids) == [0, 0, 0, 0]
     assert int(redis_client.get("counter-value") or 0) == 400
 
 

@@ -1,4 +1,4 @@
-"""``manage.py locks``: list, show, release and clear held locks.
+"""``manage.py locks``: list, show, release and clear held locks; stats of hold and wait times.
 
 Listing streams from SCAN, so memory stays flat however many locks are held; ``--json`` prints
 one JSON array whose objects carry name, fencing_token, owner, label, acquired_at (ISO 8601)
@@ -21,6 +21,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django_redis_lock.display import safe_json, safe_text
 from django_redis_lock.exceptions import LockUnavailable
 from django_redis_lock.manager import LockInfo, LockManager, get_lock_manager
+from django_redis_lock.stats import SORT_KEYS, LockStats, sort_key
 
 # Rows whose widths set the table's columns; longer cells later are cut.
 _WIDTH_SAMPLE = 500
@@ -51,13 +52,65 @@ def as_json(info: LockInfo) -> dict[str, Any]:
         "label": info.label,
         "acquired_at": info.acquired_at.isoformat(),
         "ttl": info.ttl if math.isfinite(info.ttl) else None,
+        **({"primaries": list(info.primaries)} if info.primaries else {}),
     }
+
+
+def _aliases(text: str) -> str | list[str]:
+    """``--using``: one cache alias, or a quorum's separated by commas."""
+    return [alias.strip() for alias in text.split(",")] if "," in text else text
+
+
+def _columns(info: LockInfo) -> tuple[str, ...]:
+    """The table's columns: a quorum's locks add the primaries that hold each."""
+    return (*_COLUMNS, "PRIMARIES") if info.primaries else _COLUMNS
 
 
 def _cells(info: LockInfo) -> tuple[str, ...]:
     acquired = info.acquired_at.strftime("%Y-%m-%d %H:%M:%S UTC")
     ttl = f"{info.ttl:.1f}s" if math.isfinite(info.ttl) else "no expiry"
-    cells = (info.name, ttl, info.owner, info.label or "-", acquired, str(info.fencing_token))
+    cells = [info.name, ttl, info.owner, info.label or "-", acquired, str(info.fencing_token)]
+    if info.primaries:
+        cells.append(", ".join(info.primaries))
+    return tuple(safe_text(cell) for cell in cells)
+
+
+_STATS_COLUMNS = (
+    "NAME",
+    "ACQ",
+    "BUSY",
+    "LOST",
+    "HOLD P50",
+    "P99",
+    "MAX",
+    "WAIT P50",
+    "P99",
+    "TIMEOUT",
+    "SUGGESTED",
+)
+
+
+def _seconds(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value * 1000:g}ms" if value < 1 else f"{value:.3g}s"
+
+
+def _stats_cells(stats: LockStats) -> tuple[str, ...]:
+    suggested = _seconds(stats.suggested_timeout)
+    cells = (
+        stats.name,
+        str(stats.acquisitions),
+        str(stats.busy),
+        str(stats.lost),
+        _seconds(stats.hold_p50),
+        _seconds(stats.hold_p99),
+        _seconds(stats.hold_max),
+        _seconds(stats.wait_p50),
+        _seconds(stats.wait_p99),
+        _seconds(stats.timeout),
+        f"{suggested} !" if stats.warnings else suggested,
+    )
     return tuple(safe_text(cell) for cell in cells)
 
 
@@ -100,7 +153,10 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
-            "--using", help="The cache alias holding the locks (default: REDIS_LOCK CACHE)."
+            "--using",
+            type=_aliases,
+            help="The cache alias holding the locks, or a quorum's aliases separated by commas "
+            "(default: REDIS_LOCK CACHE).",
         )
         commands = parser.add_subparsers(dest="subcommand", required=True, metavar="SUBCOMMAND")
         listing = commands.add_parser("list", help="List held locks.")
@@ -117,7 +173,18 @@ class Command(BaseCommand):
         clear.add_argument(
             "--dry-run", action="store_true", help="List what would be released; release nothing."
         )
-        for subcommand in (listing, show, release, clear):
+        stats = commands.add_parser(
+            "stats", help="Hold and wait times, busy and lost counts, and timeout advice."
+        )
+        stats.add_argument("--pattern", default="*", help="Glob on lock names (default: *).")
+        stats.add_argument("--json", action="store_true", help="Print a JSON array.")
+        stats.add_argument(
+            "--sort",
+            default="name",
+            choices=SORT_KEYS,
+            help="Sort by this (numbers largest first; default: name).",
+        )
+        for subcommand in (listing, show, release, clear, stats):
             _accept_common_options(subcommand, parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -141,7 +208,7 @@ class Command(BaseCommand):
         if options["json"]:
             self.stdout.write(safe_json(as_json(info), indent=2))
             return
-        for label, value in zip(_COLUMNS, _cells(info), strict=True):  # cells are safe text
+        for label, value in zip(_columns(info), _cells(info), strict=True):  # cells are safe text
             self.stdout.write(f"{self.style.MIGRATE_LABEL(f'{label.lower():>9}')}  {value}")
 
     def _release(self, manager: LockManager, options: dict[str, Any]) -> None:
@@ -212,6 +279,32 @@ class Command(BaseCommand):
         isatty = getattr(self.stdout, "isatty", None)
         return bool(isatty and isatty())
 
+    def _stats(self, manager: LockManager, options: dict[str, Any]) -> None:
+        found = sorted(manager.stats(options["pattern"]), key=sort_key(options["sort"]))
+        if options["json"]:
+            self.stdout.write(safe_json([stats.as_json() for stats in found], indent=2))
+            return
+        if not found:
+            self.stdout.write("No statistics recorded for these locks.")
+            return
+        rows = [_stats_cells(stats) for stats in found]
+        widths = [
+            min(_MAX_WIDTH, max(len(column), *(len(row[i]) for row in rows)))
+            for i, column in enumerate(_STATS_COLUMNS)
+        ]
+        self.stdout.write(self.style.MIGRATE_HEADING(_line(_STATS_COLUMNS, widths)))
+        for row in rows:
+            self.stdout.write(_line(row, widths))
+        flagged = [stats for stats in found if stats.warnings]
+        for stats in flagged:
+            for warning in stats.warnings:
+                self.stdout.write(self.style.WARNING(f"{_quoted(stats.name)}: {warning}"))
+        self.stdout.write(
+            f"{len(found)} lock name{'s' if len(found) != 1 else ''}; times are the upper bounds "
+            "of their histogram buckets (or the longest hold, when shorter); suggested timeout: "
+            "p99 hold x 2 + 1 s."
+        )
+
     def _held(self, manager: LockManager, name: str) -> LockInfo:
         info = manager.get(name)
         if info is None and manager.lock(name).locked():
@@ -237,7 +330,9 @@ class Command(BaseCommand):
     def _write_table(self, locks: Iterator[LockInfo]) -> None:
         """Columns sized from the first rows, then streamed; an empty listing says so."""
         sample: list[tuple[str, ...]] = []
+        columns: tuple[str, ...] = _COLUMNS
         for info in locks:
+            columns = _columns(info)
             sample.append(_cells(info))
             if len(sample) == _WIDTH_SAMPLE:
                 break
@@ -246,9 +341,9 @@ class Command(BaseCommand):
             return
         widths = [
             min(_MAX_WIDTH, max(len(column), *(len(row[i]) for row in sample)))
-            for i, column in enumerate(_COLUMNS)
+            for i, column in enumerate(columns)
         ]
-        self.stdout.write(self.style.MIGRATE_HEADING(_line(_COLUMNS, widths)))
+        self.stdout.write(self.style.MIGRATE_HEADING(_line(columns, widths)))
         count = 0
         for row in itertools.chain(sample, (_cells(info) for info in locks)):
             count += 1

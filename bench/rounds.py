@@ -1,0 +1,69 @@
+"""What bench/replicas.py and bench/stats.py share: Django set up for a Redis of the bench's
+own, a timed lock cycle under given REDIS_LOCK settings, and interleaved rounds of timers."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+#: Cycles per round; the timers take turns round by round.
+ROUND_CYCLES = 250
+Timer = Callable[[int], float]
+
+
+def setup_django() -> None:
+    """Django with testproject's settings and an in-memory database (before any lock)."""
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
+    os.environ.setdefault("TESTPROJECT_DB", ":memory:")
+    import django
+
+    django.setup()
+
+
+def lock_cycle(redis_lock: dict[str, Any], name: str) -> Timer:
+    """A function timing ``count`` cycles of ``with lock(name): pass`` (µs each) under the
+    REDIS_LOCK settings ``redis_lock``."""
+    from django.test.utils import override_settings
+
+    from django_redis_lock import lock
+
+    def timed(count: int) -> float:
+        with override_settings(REDIS_LOCK=redis_lock):
+            with lock(f"{name}:warm"):  # a new backend per settings: connect outside the clock
+                pass
+            started = time.perf_counter()
+            for _ in range(count):
+                with lock(name):
+                    pass
+            return (time.perf_counter() - started) / count * 1e6
+
+    return timed
+
+
+def interleaved(timers: dict[str, Timer], cycles: int, repeats: int) -> dict[str, float]:
+    """Each timer's µs per cycle: rounds of ROUND_CYCLES taken in turn (the order reversed
+    every other round), the median of each repeat's round medians."""
+    medians: dict[str, list[float]] = {name: [] for name in timers}
+    for _ in range(repeats):
+        times: dict[str, list[float]] = {name: [] for name in timers}
+        for round_ in range(max(1, cycles // ROUND_CYCLES)):
+            order = list(timers) if round_ % 2 == 0 else list(reversed(timers))
+            for name in order:
+                times[name].append(timers[name](ROUND_CYCLES))
+        for name in timers:
+            medians[name].append(statistics.median(times[name]))
+    return {name: statistics.median(found) for name, found in medians.items()}
+
+
+def command_line(measure: Callable[[int, int], list[str]], doc: str) -> None:
+    """Run ``measure(cycles, repeats)`` as the command line asks; print its rows."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--cycles", type=int, default=5000)
+    parser.add_argument("--repeats", type=int, default=3)
+    options = parser.parse_args()
+    for row in measure(options.cycles, options.repeats):
+        print(f"- {row}")

@@ -1,0 +1,291 @@
+"""What the locks' statistics say: hold and wait times per lock name, and TTL advice.
+
+Each release records, in its own script (no extra round trip), how long the hold lasted (from
+the start time the lock already stores, by the Redis server's clock) and how long its acquire
+waited (measured by the acquiring process) into two histograms of a small hash per lock name,
+with counters of acquisitions, busy answers and lost holds (see ``scripts.BOUNDS_MS``). The
+hash expires a week after the name's last recorded use. ``REDIS_LOCK["STATS"] = False``
+records nothing.
+
+Percentiles are exact to the bucket: a p99 of 7 s means the 99th percentile hold fell in the
+bucket that ends at 7 s (over 5 s, up to 7 s). The suggested timeout is the classic advice: the
+p99 hold, twice, plus a margin for the network, within :data:`MIN_SUGGESTED` and
+:data:`MAX_SUGGESTED`, once :data:`MIN_SAMPLES` holds are recorded.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from django_redis_lock.scripts import BOUNDS_MS
+
+#: Holds recorded before a name gets a suggested timeout (and ``timeout="auto"`` uses it).
+MIN_SAMPLES = 20
+#: Added to twice the p99 hold: the network and Redis's own time (seconds).
+MARGIN = 1.0
+#: The bounds of a suggested timeout (seconds).
+MIN_SUGGESTED, MAX_SUGGESTED = 1.0, 24 * 3600.0
+#: A timeout this many times the suggestion (and a minute more) is flagged as far too long.
+TOO_LONG_FACTOR = 10
+#: A hold this close to the timeout (a part of it) is flagged as near it.
+NEAR_TIMEOUT = 0.8
+#: The buckets' upper bounds in seconds; the last bucket (an hour or more) has none.
+BOUNDS = tuple(bound / 1000 for bound in BOUNDS_MS)
+#: Buckets per histogram: below the first bound, between each two, from the last on.
+BUCKETS = len(BOUNDS_MS) + 1
+#: The keys ``locks stats --sort`` and :func:`sort_key` know.
+SORT_KEYS = (
+    "name",
+    "acquisitions",
+    "busy",
+    "lost",
+    "hold_p50",
+    "hold_p99",
+    "hold_max",
+    "wait_p50",
+    "wait_p99",
+    "timeout",
+)
+
+
+def bucket_of(ms: float) -> int:
+    """The histogram bucket of a value in milliseconds (as the scripts put it)."""
+    for index, bound in enumerate(BOUNDS_MS):
+        if ms < bound:
+            return index
+    return len(BOUNDS_MS)
+
+
+def bucket_label(index: int) -> str:
+    """A bucket as text: its range, in the unit that reads best."""
+    if index == 0:
+        return f"< {duration(BOUNDS[0])}"
+    if index >= len(BOUNDS):
+        return f">= {duration(BOUNDS[-1])}"
+    return f"{duration(BOUNDS[index - 1])}-{duration(BOUNDS[index])}"
+
+
+def duration(seconds: float) -> str:
+    """A time of the statistics for reading, to three figures: ms below a second, then s up to
+    two minutes, then min up to two hours, then h."""
+    if seconds < 1:
+        return f"{seconds * 1000:.3g} ms"
+    if seconds < 120:
+        return f"{seconds:.3g} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.3g} min"
+    return f"{seconds / 3600:.3g} h"
+
+
+def percentile(counts: Sequence[int], fraction: float, largest: float | None) -> float | None:
+    """The ``fraction`` percentile of a histogram, in seconds: the upper bound of the bucket it
+    falls in (``largest``, the longest seen, in the last bucket or when smaller); None when
+    the histogram is empty."""
+    total = sum(counts)
+    if total == 0:
+        return None
+    rank = max(1, math.ceil(total * fraction))
+    seen = 0
+    for index, count in enumerate(counts):
+        seen += count
+        if seen >= rank:
+            bound = BOUNDS[index] if index < len(BOUNDS) else None
+            if bound is None or (largest is not None and largest < bound):
+                return largest
+            return bound
+    return largest  # pragma: no cover  (the loop reaches the rank)
+
+
+def _integer(value: object) -> int:
+    """A counter as read back: anything that is not a non-negative integer reads as 0 (the
+    hash may have been written by someone else)."""
+    text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+    if isinstance(text, str) and text.isdecimal() and len(text) < 19:
+        return int(text)
+    return 0
+
+
+@dataclass(frozen=True)
+class LockStats:
+    """The statistics of one lock name, as recorded by its releases."""
+
+    name: str
+    #: Holds recorded (at their release).
+    acquisitions: int
+    #: Acquires that found the lock held (each counted once, however long it then waited).
+    busy: int
+    #: Holds their holder found gone (expired or force-released) when it renewed, extended or
+    #: released them.
+    lost: int
+    #: The hold and wait histograms: counts per bucket (see :func:`bucket_label`).
+    holds: tuple[int, ...] = field(repr=False)
+    waits: tuple[int, ...] = field(repr=False)
+    #: The longest hold recorded, in seconds (None: none recorded).
+    hold_max: float | None
+    #: The lock's timeout as its last release had it, in seconds (None: not recorded).
+    timeout: float | None
+
+    @property
+    def hold_p50(self) -> float | None:
+        return percentile(self.holds, 0.5, self.hold_max)
+
+    @property
+    def hold_p99(self) -> float | None:
+        return percentile(self.holds, 0.99, self.hold_max)
+
+    @property
+    def wait_p50(self) -> float | None:
+        return percentile(self.waits, 0.5, None)
+
+    @property
+    def wait_p99(self) -> float | None:
+        return percentile(self.waits, 0.99, None)
+
+    @property
+    def suggested_timeout(self) -> float | None:
+        """The p99 hold, twice, plus :data:`MARGIN`, within the bounds, rounded up to a tenth
+        of a second; None before :data:`MIN_SAMPLES` holds are recorded."""
+        p99 = self.hold_p99
+        if self.acquisitions < MIN_SAMPLES or p99 is None:
+            return None
+        suggested = min(MAX_SUGGESTED, max(MIN_SUGGESTED, 2 * p99 + MARGIN))
+        return math.ceil(suggested * 10) / 10
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """What looks wrong with the timeout: too short (holds near or past it, lost holds)
+        or far too long (a crashed holder would block the others much longer than the work
+        takes)."""
+        found = []
+        if self.lost:
+            found.append(
+                f"too short? {self.lost} hold{'s' if self.lost != 1 else ''} lost "
+                "(expired or force-released before release)"
+            )
+        timeout, longest = self.timeout, self.hold_max
+        if timeout and longest is not None and longest >= NEAR_TIMEOUT * timeout:
+            found.append(
+                f"too short? the longest hold ({duration(longest)}) came within "
+                f"{100 - NEAR_TIMEOUT * 100:g} % of the timeout ({duration(timeout)}) or past it "
+                "(auto-renewal kept it)"
+            )
+        suggested = self.suggested_timeout
+        if timeout and suggested and timeout > TOO_LONG_FACTOR * suggested + 60:
+            found.append(
+                f"too long? a crashed holder blocks the others for {duration(timeout)}; the "
+                f"work takes {duration(self.hold_p99 or 0)} (p99)"
+            )
+        return tuple(found)
+
+    def expected_remaining(self, held: float) -> float | None:
+        """Of a hold that has lasted ``held`` seconds, how long it typically lasts still: the
+        median of the recorded holds longer than that, less ``held``; None without history."""
+        if self.acquisitions < MIN_SAMPLES:
+            return None
+        longer = [  # the buckets that end after ``held``
+            count if index >= len(BOUNDS) or BOUNDS[index] > held else 0
+            for index, count in enumerate(self.holds)
+        ]
+        typical = percentile(longer, 0.5, self.hold_max)
+        if typical is None:  # longer than any recorded: soon, as far as history tells
+            return None
+        return max(0.0, typical - held)
+
+    def as_json(self) -> dict[str, Any]:
+        """The JSON object ``locks stats --json`` prints."""
+        return {
+            "name": self.name,
+            "acquisitions": self.acquisitions,
+            "busy": self.busy,
+            "lost": self.lost,
+            "hold_p50": self.hold_p50,
+            "hold_p99": self.hold_p99,
+            "hold_max": self.hold_max,
+            "wait_p50": self.wait_p50,
+            "wait_p99": self.wait_p99,
+            "timeout": self.timeout,
+            "suggested_timeout": self.suggested_timeout,
+            "warnings": list(self.warnings),
+            "holds": dict(_histogram(self.holds)),
+            "waits": dict(_histogram(self.waits)),
+        }
+
+
+def _histogram(counts: Sequence[int]) -> Iterable[tuple[str, int]]:
+    return ((bucket_label(index), count) for index, count in enumerate(counts) if count)
+
+
+def parse(name: str, flat: Sequence[Any]) -> LockStats | None:
+    """The LockStats of a statistics hash read as a flat list of fields and values (HGETALL);
+    None when it has recorded nothing this library wrote."""
+    fields: dict[str, object] = {}
+    for at in range(0, len(flat) - 1, 2):
+        key = flat[at]
+        fields[key.decode("utf-8", "replace") if isinstance(key, bytes) else str(key)] = flat[
+            at + 1
+        ]
+    holds = tuple(_integer(fields.get(f"h{index}")) for index in range(BUCKETS))
+    acquisitions, busy, lost = (_integer(fields.get(key)) for key in "nbl")
+    # Waits under a millisecond are not written: the holds recorded less the other waits.
+    longer = [_integer(fields.get(f"w{index}")) for index in range(1, BUCKETS)]
+    waits = (max(0, sum(holds) - sum(longer)), *longer)
+    if not (acquisitions or busy or lost):
+        return None
+    longest = _integer(fields.get("m")) / 1000 if "m" in fields else None
+    timeout = _integer(fields.get("t")) / 1000 if "t" in fields else None
+    return LockStats(
+        name=name,
+        acquisitions=acquisitions,
+        busy=busy,
+        lost=lost,
+        holds=holds,
+        waits=waits,
+        hold_max=longest if sum(holds) else None,
+        timeout=timeout or None,
+    )
+
+
+def sort_key(key: str) -> Any:
+    """A key function for sorting LockStats by ``key`` (one of :data:`SORT_KEYS`): names
+    alphabetically, every number largest first (unknown values last)."""
+    if key not in SORT_KEYS:
+        raise ValueError(f"Unknown sort key {key!r}; use one of: {', '.join(SORT_KEYS)}.")
+    if key == "name":
+        return lambda stats: stats.name
+
+    def largest_first(stats: LockStats) -> tuple[bool, float, str]:
+        value = getattr(stats, key)
+        return (value is None, -(value or 0), stats.name)
+
+    return largest_first
+
+
+class RecentStats:
+    """LockStats read lately, per (backend, name): ``timeout="auto"`` and a busy view's
+    Retry-After read a name's statistics at most once every :data:`RECENT_SECONDS` per
+    process. Bounded: past :data:`RECENT_NAMES` names it starts afresh."""
+
+    def __init__(self) -> None:
+        self._found: dict[tuple[Any, str], tuple[float, LockStats | None]] = {}
+
+    def get(self, key: tuple[Any, str]) -> tuple[bool, LockStats | None]:
+        """(whether ``key`` was read lately, what was read)."""
+        entry = self._found.get(key)
+        if entry is None or time.monotonic() - entry[0] > RECENT_SECONDS:
+            return False, None
+        return True, entry[1]
+
+    def put(self, key: tuple[Any, str], stats: LockStats | None) -> None:
+        if len(self._found) >= RECENT_NAMES:
+            self._found = {}
+        self._found[key] = (time.monotonic(), stats)
+
+
+#: How long statistics read for a lock are used before they are read again (seconds).
+RECENT_SECONDS = 60.0
+#: How many names' statistics a process keeps at most.
+RECENT_NAMES = 4096
