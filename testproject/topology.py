@@ -214,6 +214,23 @@ class SentinelTopology:
         old.kill()
         return self._wait_for_new_primary(old, "the election after SIGKILL of the primary")
 
+    def wait_until_announced(self, primary: RedisServer) -> None:
+        """Return once every answering sentinel lists ``primary`` in ``SENTINEL MASTERS``.
+
+        That is where redis-py's and valkey-py's Sentinel pools look the primary up, and the
+        sentinels switch it there only when the failover ends (the other replicas follow the
+        new primary): about a second after ``GET-MASTER-ADDR-BY-NAME`` names the promoted one,
+        which is what :meth:`failover` and :meth:`kill_primary` wait for.
+        """
+
+        def announced() -> bool | None:
+            for sentinel in self._answering():
+                if self._master_state(sentinel).get("port") != str(primary.port):
+                    return None
+            return True
+
+        wait_for(f"the sentinels to list {primary.port} as the primary", announced)
+
     def settle(self) -> None:
         """Make the topology whole again at once: wait until every sentinel is done with the
         last failover, restart killed servers, turn every running server that is not the

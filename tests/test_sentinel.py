@@ -238,8 +238,11 @@ def _after_a_change(topology: SentinelTopology, change: str) -> None:
     queued_at = time.monotonic()
 
     new = topology.failover() if change == "failover" else topology.kill_primary()
+    # Clients learn a new primary once the sentinels list it in SENTINEL MASTERS, about a
+    # second after they name it to GET-MASTER-ADDR-BY-NAME (under load, more).
+    topology.wait_until_announced(new)
     changed = time.monotonic()
-    # The listener follows the new primary within a second.
+    # The listener follows the new primary within a second of that.
     wait_until(lambda: subscribed_on(topology), timeout=1.5)
     assert topology.primary() is new
     with contextlib.suppress(LockError):  # the hold may be lost with the old primary
