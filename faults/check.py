@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, field
 
 from faults.scenarios import BLOCKING_TIMEOUT, WORK, Outcome
-from faults.store import Fault, Section, Store
+from faults.store import Event, Fault, Section, Store
 
 HOLDER_FAULTS = ("holder-kill", "holder-stop")
 # A worker's records may be this much further apart than a pass's bound before it is a hang.
@@ -132,7 +132,7 @@ def pause(accepted: list[Section], fault: Fault) -> float | None:
     return longest
 
 
-def _gaps(outcome: Outcome, sections: list[Section], events: list[object]) -> int:
+def _gaps(outcome: Outcome, sections: list[Section], events: list[Event]) -> int:
     """Stretches longer than a pass may take in which a worker recorded nothing."""
     scenario = outcome.scenario
     bound = BLOCKING_TIMEOUT + WORK + 2 * (scenario.socket_timeout or 0.0) + HANG_SLACK
@@ -140,7 +140,7 @@ def _gaps(outcome: Outcome, sections: list[Section], events: list[object]) -> in
     for section in sections:
         moments.setdefault(section.pid, []).append(section.end)
     for event in events:
-        moments.setdefault(event.pid, []).append(event.at)  # type: ignore[attr-defined]
+        moments.setdefault(event.pid, []).append(event.at)
     gaps = 0
     for times in moments.values():
         times.sort()

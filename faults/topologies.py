@@ -99,7 +99,7 @@ class Sentinel:
     service = "mymaster"
 
     def __init__(self) -> None:
-        from testproject.topology import SentinelTopology  # type: ignore[import-not-found]
+        from testproject.topology import SentinelTopology
 
         self.topology = SentinelTopology(replicas=2, sentinels=3, service=self.service)
 
