@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import inspect
 import logging
 import math
 import threading
@@ -55,6 +56,23 @@ _QUEUE_GRACE_MS = 2000
 
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
+
+
+def _read_options(connection: Any) -> dict[str, bool]:
+    """What the listener passes to ``connection.read_response``.
+
+    ``push_request=True``: on RESP3 a published message is a push reply, which the connection
+    would otherwise hand to its push handler instead of returning it. redis-py 5.0's
+    SentinelManagedConnection takes no such argument (it raises TypeError): it reads RESP2
+    unless told otherwise, where messages are ordinary replies."""
+    options = {"disconnect_on_error": False}
+    try:
+        parameters = inspect.signature(connection.read_response).parameters.values()
+    except (TypeError, ValueError):  # no signature to read: the argument every version takes
+        return options
+    if any(p.name == "push_request" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        options["push_request"] = True
+    return options
 
 
 class Grant(NamedTuple):
@@ -250,12 +268,13 @@ class Listener:
         Sentinel backend, leave when the primary moved."""
         heard = checked = time.monotonic()
         pinged: float | None = None
+        options = _read_options(connection)
         while not self._stop.is_set():
             if self._backend.sentinel and time.monotonic() - checked >= _PRIMARY_CHECK_SECONDS:
                 checked = time.monotonic()
                 self._check_primary(connection)
             try:
-                reply = connection.read_response(disconnect_on_error=False, push_request=True)
+                reply = connection.read_response(**options)
             except errors.TIMEOUT:
                 now = time.monotonic()
                 if pinged is not None and now - pinged > _HEALTH_SECONDS:

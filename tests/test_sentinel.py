@@ -9,8 +9,6 @@ import asyncio
 import contextlib
 import io
 import json
-import re
-import subprocess
 import time
 from collections.abc import Iterator
 from concurrent.futures import Future
@@ -25,7 +23,6 @@ from redis.sentinel import Sentinel
 
 from django_redis_lock import LockError, LockUnavailable, get_lock_manager, lock
 from django_redis_lock.runtime import runtime
-from testproject.redis_server import find_redis_server
 from testproject.topology import SentinelTopology
 from tests.helpers import SyncDriver, held_past_first_lease, keys, start, wait_until
 
@@ -84,18 +81,8 @@ def sentinel_caches(sentinels: list[tuple[str, int]], kind: str) -> dict[str, An
     }
 
 
-def _redis_major() -> int:
-    out = subprocess.run([find_redis_server(), "--version"], capture_output=True, text=True)
-    found = re.search(r"v=(\d+)\.", out.stdout)
-    return int(found.group(1)) if found else 0
-
-
 @pytest.fixture(scope="module")
 def topology() -> Iterator[SentinelTopology]:
-    if _redis_major() < 7:
-        # Known issue (README, Redis Sentinel): with Redis 6.2 a waiter on Sentinel is not
-        # woken by the hand-over and gets the lock only when the hand-over lease ends.
-        pytest.skip("Sentinel is supported from Redis 7; this redis-server is older")
     with SentinelTopology(service=SERVICE) as started:
         yield started
 
