@@ -364,6 +364,11 @@ class LockBackend:
         what a page cursor names a server by, as it survives a failover."""
         return [(0, self.client)]
 
+    def servers(self) -> list[tuple[str, Any]]:
+        """The servers that grant this alias's locks, as (cache alias, connection pool): the
+        primary (the one Sentinel names now), or each primary of a cluster."""
+        return [(self.alias, client.connection_pool) for client in self.primaries()]
+
     def refresh(self) -> None:
         """Learn the servers again after a call to one of :meth:`primaries` failed (a cluster's
         nodes); a single server or a Sentinel service has nothing to learn."""

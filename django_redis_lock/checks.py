@@ -15,6 +15,14 @@ from django_redis_lock.backends import LockBackend
 from django_redis_lock.clients import SHARDING_CLIENTS, SUPPORTED_CACHES, subclass_of
 from django_redis_lock.conf import DEFAULTS
 from django_redis_lock.exceptions import LockUnavailable
+from django_redis_lock.safety import (
+    EVICTION_HINT,
+    WAIT_MARGIN,
+    ServerFacts,
+    eviction_warning,
+    probe,
+    socket_timeout,
+)
 from django_redis_lock.validation import (
     handover_lease_ms,
     seconds_to_ms,
@@ -23,9 +31,6 @@ from django_redis_lock.validation import (
     validate_using,
     wait_replicas,
 )
-
-# How long the replica check waits for the primary's answer at startup.
-_PROBE_SECONDS = 0.5
 
 _CLUSTER_CACHE = "django_valkey.cluster_cache.cache.ClusterValkeyCache"
 
@@ -254,13 +259,7 @@ def _check_backend(alias: str) -> list[CheckMessage]:
     try:
         backend = runtime().backend(alias)
     except LockUnavailable as exc:  # a cluster cache connects as it is made: not reachable now
-        return [
-            Warning(
-                f"The cache {alias!r} could not be reached, so the checks that need it were "
-                f"skipped: {exc}",
-                id="django_redis_lock.W008",
-            )
-        ]
+        return [_unreachable(alias, str(exc))]
     except Exception as exc:  # building the cache failed: say so instead of crashing checks
         return [Error(f"The cache {alias!r} cannot be used: {exc}", id="django_redis_lock.E010")]
     warnings: list[CheckMessage] = []
@@ -283,12 +282,42 @@ def _check_backend(alias: str) -> list[CheckMessage]:
                 id="django_redis_lock.W004",
             )
         )
-    return warnings + _check_replicas(backend)
+    return warnings + _check_servers(backend)
 
 
-def _check_replicas(backend: LockBackend) -> list[CheckMessage]:
-    """W005: WAIT_REPLICAS asks for more replicas than the primary has (asked with a short
-    timeout; a Redis that does not answer is not reported here); W006: Sentinel without it."""
+def _check_servers(backend: LockBackend) -> list[CheckMessage]:
+    """What the servers that grant the alias's locks say of themselves (one probe each, with
+    a short timeout): W008 for one that does not answer, W010 for one that may evict keys,
+    and the replica checks (W005, W011) against the primary's connected replicas."""
+    try:
+        facts = [probe(name, pool) for name, pool in backend.servers()]
+    except Exception as exc:  # a cluster whose nodes cannot be listed now
+        return [_unreachable(backend.alias, str(exc))]
+    messages = [_unreachable(f.alias, f.error, f.address) for f in facts if f.error is not None]
+    messages += [
+        Warning(eviction_warning(f), hint=EVICTION_HINT, id="django_redis_lock.W010")
+        for f in facts
+        if f.evicts()
+    ]
+    # Replicas are a single primary's (a cluster refuses WAIT_REPLICAS).
+    primary = facts[0] if len(facts) == 1 and facts[0].error is None else None
+    return messages + _check_replicas(backend, primary)
+
+
+def _unreachable(alias: str, error: str, address: str = "") -> CheckMessage:
+    """W008: a server of cache ``alias`` (at ``address``, if known) did not answer at startup."""
+    server = f"The Redis server {address} of cache" if address else "The Redis server of cache"
+    return Warning(
+        f"{server} {alias!r} could not be reached, so the checks that need it were skipped: "
+        f"{error}",
+        id="django_redis_lock.W008",
+    )
+
+
+def _check_replicas(backend: LockBackend, primary: ServerFacts | None) -> list[CheckMessage]:
+    """W006: Sentinel without WAIT_REPLICAS; with it, W005: more than the primary has connected
+    (every acquire fails), W011: fewer (a partition can leave that many with the old primary,
+    which then goes on granting); W012: a socket timeout that WAIT_TIMEOUT leaves no margin."""
     if not backend.wait_replicas:
         if not backend.sentinel:
             return []
@@ -297,37 +326,59 @@ def _check_replicas(backend: LockBackend) -> list[CheckMessage]:
                 f"The cache {backend.alias!r} uses Sentinel, and REDIS_LOCK['WAIT_REPLICAS'] "
                 "is 0: a grant the primary has not passed on to a replica is lost by a "
                 "failover, and two clients may then hold the same lock.",
-                hint="Set REDIS_LOCK['WAIT_REPLICAS'] to 1 (see the README, Sentinel).",
+                hint="Set REDIS_LOCK['WAIT_REPLICAS'] to the number of replicas (see "
+                "Partitions in the README).",
                 id="django_redis_lock.W006",
             )
         ]
-    replicas = _connected_replicas(backend)
-    if replicas is None or replicas >= backend.wait_replicas:
+    messages = _check_wait_timeout(backend)
+    replicas = None if primary is None else primary.connected_replicas
+    needed = backend.wait_replicas
+    if replicas is not None and replicas < needed:
+        messages.append(
+            Warning(
+                f"REDIS_LOCK['WAIT_REPLICAS'] is {needed}, but the primary of cache "
+                f"{backend.alias!r} has {replicas} connected replica(s): every acquire will fail "
+                "with LockNotReplicated until enough replicas are connected.",
+                id="django_redis_lock.W005",
+            )
+        )
+    elif replicas is not None and replicas > needed:
+        messages.append(
+            Warning(
+                f"REDIS_LOCK['WAIT_REPLICAS'] is {needed}, and the primary of cache "
+                f"{backend.alias!r} has {replicas} connected replicas: a network partition that "
+                f"leaves {needed} of them on the primary's side lets it go on granting locks "
+                "that the replica Sentinel promotes on the other side grants again (two "
+                "holders).",
+                hint=f"Set REDIS_LOCK['WAIT_REPLICAS'] to {replicas}, the number of replicas: "
+                "then no partition lets two primaries grant, at the price of no grants while "
+                "a replica is down (see Partitions in the README).",
+                id="django_redis_lock.W011",
+            )
+        )
+    return messages
+
+
+def _check_wait_timeout(backend: LockBackend) -> list[CheckMessage]:
+    """W012: with WAIT_REPLICAS, a socket timeout that does not outlast WAIT_TIMEOUT by
+    WAIT_MARGIN: a WAIT that takes its time (a failover, a slow replica) times out the call."""
+    wait = backend.wait_timeout_ms / 1000
+    timeouts = {socket_timeout(pool) for _, pool in backend.servers()}
+    short = [t for t in timeouts if t is not None and t < wait + WAIT_MARGIN]
+    if not short:
         return []
     return [
         Warning(
-            f"REDIS_LOCK['WAIT_REPLICAS'] is {backend.wait_replicas}, but the primary of cache "
-            f"{backend.alias!r} has {replicas} connected replica(s): every acquire will fail "
-            "with LockNotReplicated until enough replicas are connected.",
-            id="django_redis_lock.W005",
+            f"The cache {backend.alias!r} has a socket timeout of {min(short):g} s, and "
+            f"REDIS_LOCK['WAIT_TIMEOUT'] is {wait:g} s: a grant whose replicas take that long "
+            "to acknowledge (a failover, a slow replica) times out the call, which then fails "
+            "with LockUnavailable instead of being acknowledged.",
+            hint=f"Set the socket timeout to at least {wait + WAIT_MARGIN:g} s (WAIT_TIMEOUT "
+            f"plus {WAIT_MARGIN:g} s), or lower WAIT_TIMEOUT.",
+            id="django_redis_lock.W012",
         )
     ]
-
-
-def _connected_replicas(backend: LockBackend) -> int | None:
-    connection = backend.pubsub_connection(read_timeout=_PROBE_SECONDS)
-    try:
-        connection.send_command("INFO", "replication")
-        info = connection.read_response()
-        text = info.decode() if isinstance(info, bytes) else str(info)
-        for line in text.splitlines():
-            if line.startswith("connected_slaves:"):
-                return int(line.split(":", 1)[1])
-        return None
-    except Exception:  # not reachable now, or not Redis as we know it: nothing to say
-        return None
-    finally:
-        connection.disconnect()
 
 
 def _import(path: str) -> Any:

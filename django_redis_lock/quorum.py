@@ -240,6 +240,9 @@ class QuorumBackend(LockBackend):
     def pubsub_connection(self, read_timeout: float) -> Any:
         raise ImproperlyConfigured("A quorum listens on each of its primaries.")
 
+    def servers(self) -> list[tuple[str, Any]]:
+        return [server for member in self.members for server in member.servers()]
+
     # -- running a script on every member ----------------------------------------------------
 
     def member_args(self, fan: Fan, index: int) -> Sequence[Any]:

@@ -10,6 +10,7 @@ fork hook and the only ``setting_changed`` receiver of the package.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import socket
 import threading
@@ -22,11 +23,13 @@ from django.dispatch import receiver
 from django_redis_lock.backends import LockBackend, backend_for
 from django_redis_lock.conf import lock_settings
 from django_redis_lock.quorum import QuorumListener, quorum_backend
+from django_redis_lock.safety import warn_if_evicting
 from django_redis_lock.stats import RecentStats
 from django_redis_lock.validation import MAX_OWNER_LENGTH, Using, shorten, validate_using
 from django_redis_lock.waiting import Listener
 from django_redis_lock.watchdog import Watchdog
 
+logger = logging.getLogger("django_redis_lock")
 _HOST = socket.gethostname()
 K = TypeVar("K")
 V = TypeVar("V")
@@ -55,7 +58,7 @@ class Runtime:
             assert alias is not None
         if isinstance(alias, tuple):
             return self._once(self._quorums, alias, self._quorum)
-        return self._once(self._backends, alias, backend_for)
+        return self._once(self._backends, alias, backend_for, fresh=_look_for_eviction)
 
     def _quorum(self, aliases: tuple[str, ...]) -> LockBackend:
         return quorum_backend(aliases, self.backend)
@@ -64,15 +67,23 @@ class Runtime:
         """This process's listener for grants on ``backend`` (its thread starts on demand)."""
         return self._once(self._listeners, backend, QuorumListener if backend.quorum else Listener)
 
-    def _once(self, made: dict[K, V], key: K, make: Callable[[K], V]) -> V:
-        """``made[key]``, made by ``make(key)`` the first time; the first one made is kept
-        whatever the threads. It is made outside the mutex: a cluster client connects as it
-        is made, and other aliases must not wait for that."""
+    def _once(
+        self,
+        made: dict[K, V],
+        key: K,
+        make: Callable[[K], V],
+        fresh: Callable[[V], None] | None = None,
+    ) -> V:
+        """``made[key]``, made by ``make(key)`` the first time (then handed to ``fresh``); the
+        first one made is kept whatever the threads. It is made outside the mutex: a cluster
+        client connects as it is made, and other aliases must not wait for that."""
         found = made.get(key)
         if found is None:
             new = make(key)
             with self._mutex:
                 found = made.setdefault(key, new)
+            if found is new and fresh is not None:
+                fresh(new)
         return found
 
     def thread_owner(self) -> str:
@@ -97,6 +108,20 @@ class Runtime:
             self._backends.clear()
             self._quorums.clear()
             self.recent_stats = RecentStats()
+
+
+def _look_for_eviction(backend: LockBackend) -> None:
+    """Warn (log) once per alias and process if a server of ``backend`` may evict held locks:
+    production servers never run ``manage.py check``. In a thread of its own, so that the first
+    lock call (maybe on an event loop) does not wait for the servers' answers."""
+
+    def look() -> None:
+        try:
+            warn_if_evicting(backend.servers())
+        except Exception:  # the servers could not be listed (a cluster away): nothing to say
+            logger.debug("Could not look for eviction on cache %r.", backend.alias, exc_info=True)
+
+    threading.Thread(target=look, name="django_redis_lock-eviction", daemon=True).start()
 
 
 _runtime = Runtime()

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
+import json
 import os
 import select
 import signal
@@ -17,6 +19,7 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
+from django.core.management import CommandError, call_command
 from django.dispatch import Signal
 from django.test import Client
 from django.test.utils import override_settings
@@ -441,3 +444,25 @@ def wait_children(pids: Sequence[int], timeout: float = CHILD_SECONDS) -> list[i
                 with contextlib.suppress(ChildProcessError):
                     os.waitpid(pid, 0)
     return [codes[pid] for pid in pids]
+
+
+def doctor(*args: str) -> tuple[int, list[dict[str, str]], str]:
+    """``manage.py locks doctor --json ARGS``: its exit status, findings and text output."""
+    out, err = io.StringIO(), io.StringIO()
+    status, refusal = 0, ""
+    try:
+        call_command("locks", "doctor", "--json", *args, stdout=out, stderr=err)
+    except CommandError as exc:
+        status, refusal = exc.returncode, str(exc)
+    assert refusal == ("" if status == 0 else refusal)
+    if status:
+        assert refusal.startswith("The doctor found")
+    text = io.StringIO()
+    with contextlib.suppress(CommandError):
+        call_command("locks", "doctor", *args, stdout=text, no_color=True)
+    return status, json.loads(out.getvalue()), text.getvalue()
+
+
+def levels(findings: list[dict[str, str]]) -> dict[str, str]:
+    """check -> level, for the findings about one server and its alias."""
+    return {finding["check"]: finding["level"] for finding in findings}

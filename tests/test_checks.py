@@ -9,6 +9,7 @@ from django.core.checks import run_checks
 from django.test import override_settings
 
 from django_redis_lock.checks import check_settings
+from testproject.redis_server import RedisServerGroup
 from testproject.settings import build_caches
 
 
@@ -122,3 +123,56 @@ def hashed_key(key: str, key_prefix: str, version: int) -> str:
     import hashlib
 
     return hashlib.sha1(f"{key_prefix}:{version}:{key}".encode()).hexdigest()
+
+
+# -- what the servers say of themselves (issue 20) -------------------------------------------
+
+
+EVICTING = ("--maxmemory", "4mb", "--maxmemory-policy")
+
+
+@pytest.mark.parametrize(
+    "policy", ["allkeys-lru", "allkeys-random", "volatile-lru", "volatile-ttl"]
+)
+def test_w010_a_server_that_may_evict_keys(redis_factory: RedisServerGroup, policy: str) -> None:
+    server = redis_factory(extra_args=(*EVICTING, policy))
+    with override_settings(CACHES=build_caches(server.url)):
+        found = [message for message in run_checks() if message.id == "django_redis_lock.W010"]
+    assert len(found) == 1
+    assert f"maxmemory-policy {policy}" in found[0].msg
+    assert f"server 127.0.0.1:{server.port} of cache 'default'" in found[0].msg
+    assert "separate instance" in str(found[0].hint)
+
+
+@pytest.mark.parametrize(
+    "args", [("--maxmemory-policy", "allkeys-lru"), (*EVICTING, "noeviction")], ids=str
+)
+def test_no_w010_without_a_limit_or_with_noeviction(
+    redis_factory: RedisServerGroup, args: tuple[str, ...]
+) -> None:
+    server = redis_factory(extra_args=args)
+    assert _ids(CACHES=build_caches(server.url)) == []
+
+
+def test_w008_a_server_that_does_not_answer_at_startup(redis_factory: RedisServerGroup) -> None:
+    server = redis_factory()
+    caches = build_caches(server.url)
+    server.stop()  # the port is known and nothing listens there now
+    with override_settings(CACHES=caches):
+        found = [message for message in run_checks() if message.id.startswith("django_redis")]
+    assert [message.id for message in found] == ["django_redis_lock.W008"]
+    assert f"server 127.0.0.1:{server.port} of cache 'default' could not be" in found[0].msg
+
+
+def test_w012_a_socket_timeout_that_wait_timeout_leaves_no_margin(redis_url: str) -> None:
+    caches = build_caches(redis_url)
+    # Django's cache: django-redis keeps the pool of a URL, made with its first options.
+    caches["default"] = {**caches["builtin"], "OPTIONS": {"socket_timeout": 1}}
+    settings = {"WAIT_REPLICAS": 0, "WAIT_TIMEOUT": 1}
+    assert _ids(CACHES=caches, REDIS_LOCK=settings) == []  # no WAIT: nothing to time out
+    ids = _ids(CACHES=caches, REDIS_LOCK={**settings, "WAIT_REPLICAS": 1})
+    assert "django_redis_lock.W012" in ids  # (and W005: this server has no replica)
+    caches["default"]["OPTIONS"]["socket_timeout"] = 1.5
+    assert "django_redis_lock.W012" not in _ids(
+        CACHES=caches, REDIS_LOCK={**settings, "WAIT_REPLICAS": 1}
+    )

@@ -25,7 +25,16 @@ from django_redis_lock import LockBusy, LockError, LockUnavailable, get_lock_man
 from django_redis_lock.cluster import ClusterLockBackend
 from django_redis_lock.runtime import runtime
 from testproject.cluster import ClusterTopology
-from tests.helpers import SyncDriver, held_past_first_lease, keys, start, wait_until
+from testproject.topology import call
+from tests.helpers import (
+    SyncDriver,
+    doctor,
+    held_past_first_lease,
+    keys,
+    levels,
+    start,
+    wait_until,
+)
 
 # One cluster for the module (xdist's --dist loadfile keeps a module's tests on one worker).
 pytestmark = pytest.mark.slow
@@ -342,3 +351,24 @@ def test_statistics_live_beside_each_lock_and_are_read_from_every_primary(
     one = get_lock_manager().get_stats(names[3])
     assert one is not None
     assert one.acquisitions == 1
+
+
+def test_the_doctor_asks_every_primary(on_cluster: ClusterTopology) -> None:
+    status, findings, _ = doctor()
+    assert status == 0
+    reachable = [finding for finding in findings if finding["check"] == "reachable"]
+    assert len(reachable) == 3
+    assert {finding["level"] for finding in reachable} == {"ok"}
+    coverage = [finding for finding in findings if finding["check"] == "full-coverage"]
+    assert [finding["level"] for finding in coverage] == ["ok"] * 3  # the module turned it off
+    first = on_cluster.primaries()[0]
+    call(first.host, first.port, "CONFIG", "SET", "cluster-require-full-coverage", "yes")
+    try:
+        _, findings, _ = doctor()
+    finally:
+        call(first.host, first.port, "CONFIG", "SET", "cluster-require-full-coverage", "no")
+    warned = [
+        f["subject"] for f in findings if f["check"] == "full-coverage" and f["level"] != "ok"
+    ]
+    assert warned == [f"127.0.0.1:{first.port} (cache 'default')"]
+    assert "replicas" not in levels(findings)  # a cluster refuses WAIT_REPLICAS

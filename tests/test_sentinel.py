@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import redis
+from django.core.checks import run_checks
 from django.core.management import call_command
 from django.test import Client
 from django.test.utils import override_settings
@@ -24,7 +25,15 @@ from redis.sentinel import Sentinel
 from django_redis_lock import LockError, LockUnavailable, get_lock_manager, lock
 from django_redis_lock.runtime import runtime
 from testproject.topology import SentinelTopology
-from tests.helpers import SyncDriver, held_past_first_lease, keys, start, wait_until
+from tests.helpers import (
+    SyncDriver,
+    doctor,
+    held_past_first_lease,
+    keys,
+    levels,
+    start,
+    wait_until,
+)
 
 # One topology for the module (xdist's --dist loadfile keeps a module's tests on one worker).
 pytestmark = pytest.mark.slow
@@ -47,7 +56,7 @@ def sentinel_caches(sentinels: list[tuple[str, int]], kind: str) -> dict[str, An
                     "SENTINELS": sentinels,
                     "SENTINEL_KWARGS": {"socket_timeout": 0.5},
                     "SOCKET_CONNECT_TIMEOUT": 1,
-                    "SOCKET_TIMEOUT": 1,
+                    "SOCKET_TIMEOUT": 2,
                 },
             }
         }
@@ -62,7 +71,7 @@ def sentinel_caches(sentinels: list[tuple[str, int]], kind: str) -> dict[str, An
                     "SENTINELS": sentinels,
                     "SENTINEL_KWARGS": {"socket_timeout": 0.5},
                     "SOCKET_CONNECT_TIMEOUT": 1,
-                    "SOCKET_TIMEOUT": 1,
+                    "SOCKET_TIMEOUT": 2,
                 },
             }
         }
@@ -75,7 +84,7 @@ def sentinel_caches(sentinels: list[tuple[str, int]], kind: str) -> dict[str, An
                 "service_name": SERVICE,
                 "sentinel_manager": Sentinel(sentinels, sentinel_kwargs={"socket_timeout": 0.5}),
                 "socket_connect_timeout": 1,
-                "socket_timeout": 1,
+                "socket_timeout": 2,
             },
         }
     }
@@ -279,3 +288,24 @@ def test_failover(topology: SentinelTopology) -> None:
 @pytest.mark.usefixtures("on_sentinel")
 def test_primary_killed(topology: SentinelTopology) -> None:
     _after_a_change(topology, "kill")
+
+
+@pytest.mark.usefixtures("on_sentinel")
+def test_checks_and_the_doctor_ask_for_every_replica() -> None:
+    """Two replicas: WAIT_REPLICAS = 1 lets a partition that leaves one of them with the old
+    primary grant on both sides (W011); 2 is safe. The README's socket timeout (2 s) outlasts
+    WAIT_TIMEOUT (1 s) by enough: no W012."""
+    with override_settings(REDIS_LOCK={"WAIT_REPLICAS": 1}):
+        found = {message.id: message.msg for message in run_checks()}
+        assert "django_redis_lock.W011" in found
+        assert "has 2 connected replicas" in found["django_redis_lock.W011"]
+        assert "django_redis_lock.W012" not in found
+        _, findings, _ = doctor()
+        assert levels(findings)["replicas"] == "warning"
+    with override_settings(REDIS_LOCK={"WAIT_REPLICAS": 2}):
+        ids = {message.id for message in run_checks()}
+        assert not ids & {"django_redis_lock.W011", "django_redis_lock.W005"}
+        status, findings, _ = doctor()
+        assert levels(findings)["replicas"] == "ok"
+        assert levels(findings)["socket-timeout"] == "ok"
+        assert status == 0

@@ -19,6 +19,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_redis_lock.display import safe_json, safe_text
+from django_redis_lock.doctor import ERROR, OK, WARNING, diagnose
 from django_redis_lock.exceptions import LockUnavailable
 from django_redis_lock.manager import LockInfo, LockManager, get_lock_manager
 from django_redis_lock.stats import SORT_KEYS, LockStats, sort_key
@@ -131,6 +132,10 @@ def _line(cells: Iterable[str], widths: list[int]) -> str:
     return "  ".join(padded).rstrip()
 
 
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 def _quoted(name: str) -> str:
     return f"'{safe_text(name)}'"
 
@@ -184,11 +189,19 @@ class Command(BaseCommand):
             choices=SORT_KEYS,
             help="Sort by this (numbers largest first; default: name).",
         )
-        for subcommand in (listing, show, release, clear, stats):
+        doctor = commands.add_parser(
+            "doctor",
+            help="Check the live deployment item by item: eviction, persistence, replicas, "
+            "timeouts, versions. Exits with status 1 on an error.",
+        )
+        doctor.add_argument("--json", action="store_true", help="Print a JSON array.")
+        for subcommand in (listing, show, release, clear, stats, doctor):
             _accept_common_options(subcommand, parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
+            if options["subcommand"] == "doctor":
+                return self._doctor(options)
             manager = get_lock_manager(options["using"])
             getattr(self, f"_{options['subcommand']}")(manager, options)
         except LockUnavailable as exc:
@@ -304,6 +317,29 @@ class Command(BaseCommand):
             "of their histogram buckets (or the longest hold, when shorter); suggested timeout: "
             "p99 hold x 2 + 1 s."
         )
+
+    def _doctor(self, options: dict[str, Any]) -> None:
+        findings = diagnose(options["using"])
+        if options["json"]:
+            self.stdout.write(safe_json([finding.as_json() for finding in findings], indent=2))
+        else:
+            styles = {OK: self.style.SUCCESS, WARNING: self.style.WARNING, ERROR: self.style.ERROR}
+            width = max(len(finding.check) for finding in findings)
+            for finding in findings:
+                level = styles[finding.level](f"{finding.level:<7}")
+                fix = f" Fix: {finding.fix}." if finding.fix and finding.level != OK else ""
+                line = f"{finding.check:<{width}}  {finding.subject}: {finding.message}.{fix}"
+                self.stdout.write(f"{level}  {safe_text(line)}")
+            counts = {
+                level: sum(f.level == level for f in findings) for level in (OK, WARNING, ERROR)
+            }
+            self.stdout.write(
+                f"{len(findings)} items: {counts[OK]} ok, {_plural(counts[WARNING], 'warning')}, "
+                f"{_plural(counts[ERROR], 'error')}."
+            )
+        errors = sum(finding.level == ERROR for finding in findings)
+        if errors:
+            raise CommandError(f"The doctor found {_plural(errors, 'error')}.", returncode=1)
 
     def _held(self, manager: LockManager, name: str) -> LockInfo:
         info = manager.get(name)
