@@ -222,6 +222,9 @@ class LockBackend:
             results = pipe.execute(raise_on_error=False)
             if not isinstance(results[0], errors.NO_SCRIPT):
                 break
+        if self._short(results) and self.sentinel:
+            with contextlib.suppress(Exception):  # a demoted primary lost its replicas
+                self.primary_address()
         return self._acknowledged(script, results)
 
     async def arun_acked(
@@ -237,13 +240,10 @@ class LockBackend:
             results = await pipe.execute(raise_on_error=False)
             if not isinstance(results[0], errors.NO_SCRIPT):
                 break
-        try:
-            return self._acknowledged(script, results, relocate=False)
-        except LockNotReplicated:
-            if self.sentinel:  # as _acknowledged does, without blocking the event loop
-                with contextlib.suppress(Exception):
-                    await self._afollow_primary(client)
-            raise
+        if self._short(results) and self.sentinel:
+            with contextlib.suppress(Exception):  # as run_acked, without blocking the loop
+                await self._afollow_primary(client)
+        return self._acknowledged(script, results)
 
     def _acked_commands(
         self, script: ScriptName, keys: Sequence[str | bytes], args: Sequence[Any]
@@ -255,24 +255,28 @@ class LockBackend:
             (("EVAL", lua.source, len(keys), *keys, *args), wait),
         ]
 
-    def _acknowledged(self, script: ScriptName, results: list[Any], relocate: bool = True) -> Any:
-        reply, acknowledged = results
+    def _short(self, results: list[Any]) -> bool:
+        """Whether fewer replicas than needed acknowledged the script (its error raised)."""
         for result in results:
             if isinstance(result, Exception):
                 raise result
-        if int(acknowledged) < self.wait_replicas:
-            if relocate and self.sentinel:  # a demoted primary lost its replicas: the new one
-                with contextlib.suppress(Exception):
-                    self.primary_address()
-            raise LockNotReplicated(
-                f"{acknowledged} of the {self.wait_replicas} replicas REDIS_LOCK['WAIT_REPLICAS'] "
-                f"asks for acknowledged the lock's {script} within "
-                f"{self.wait_timeout_ms / 1000:g} s (REDIS_LOCK['WAIT_TIMEOUT'])",
-                int(acknowledged),
-                self.wait_replicas,
-                reply,
-            )
-        return reply
+        return int(results[1]) < self.wait_replicas
+
+    def _acknowledged(self, script: ScriptName, results: list[Any]) -> Any:
+        """The script's reply, or LockNotReplicated when it granted something too few
+        replicas acknowledged. An array reply (a busy acquire) granted nothing: it needs no
+        acknowledgement, and comes back as it is."""
+        reply, acknowledged = results
+        if int(acknowledged) >= self.wait_replicas or isinstance(reply, list):
+            return reply
+        raise LockNotReplicated(
+            f"{acknowledged} of the {self.wait_replicas} replicas REDIS_LOCK['WAIT_REPLICAS'] "
+            f"asks for acknowledged the lock's {script} within "
+            f"{self.wait_timeout_ms / 1000:g} s (REDIS_LOCK['WAIT_TIMEOUT'])",
+            int(acknowledged),
+            self.wait_replicas,
+            reply,
+        )
 
     def queue(
         self, pipe: Any, script: ScriptName, keys: Sequence[str | bytes], args: Sequence[Any]

@@ -6,7 +6,9 @@ outcomes, as httpx's auth flows do. :func:`drive` takes the steps with blocking 
 :func:`adrive` with awaits. Both map Redis errors to ``LockUnavailable``, and both throw an
 exception raised while a step ran (an interrupt, a cancellation, ``LockUnavailable``) into the
 flow, so that a flow's clean-up is written once too; the async driver takes the steps that
-follow such an exception shielded from a further cancellation.
+follow such an exception shielded from a further cancellation. An exception is therefore an
+interruption, after which a flow only cleans up: an outcome it goes on from (a busy answer, a
+grant that came too late) comes back as a value.
 """
 
 from __future__ import annotations

@@ -31,3 +31,10 @@ class LockNotReplicated(LockUnavailable):
         self.needed = needed
         #: What the primary answered to the write that was not acknowledged enough.
         self.reply = reply
+
+
+class LateGrant(LockUnavailable):
+    """Redis granted the lock, but its answer took as long as the lease: the lease may have
+    ended before the holder heard of it, and someone else may hold the lock already. The grant
+    was given back; a blocking acquire tries again within its ``blocking_timeout``, and only a
+    non-blocking one (or one whose time is up) raises this."""

@@ -24,6 +24,7 @@ from django_redis_lock import quorum, signals, waiting
 from django_redis_lock.conf import lock_settings
 from django_redis_lock.drivers import adrive, drive
 from django_redis_lock.exceptions import (
+    LateGrant,
     LockBusy,
     LockError,
     LockNotOwned,
@@ -240,6 +241,8 @@ class Lock:
                 self._backend.wait_replicas > 0,
                 lock_settings.stats,
             )
+        except LateGrant:  # given back already
+            raise
         except LockNotReplicated as exc:  # Redis answers: give the hold back at once
             yield from self._leaving(secret, now=True)
             raise LockNotReplicated(

@@ -39,7 +39,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django_redis_lock import errors, scripts
 from django_redis_lock.backends import LockBackend, LockKeys
 from django_redis_lock.conf import lock_settings
-from django_redis_lock.exceptions import LockUnavailable
+from django_redis_lock.exceptions import LateGrant, LockUnavailable
 from django_redis_lock.steps import Call, Flow, Listen, ScriptName, Wait
 from django_redis_lock.waiting import MAX_WAIT_SLICE_MS, Acquired, Listener, Ticket
 from django_redis_lock.watchdog import Leave
@@ -92,6 +92,13 @@ class Fan(NamedTuple):
     args: Sequence[Any]
     per_member: bool = False
     only: Sequence[int] | None = None
+
+
+class Late(NamedTuple):
+    """An attempt's answer when a majority granted the lock too late to trust (then gave it
+    back): the acquire tries again while it may wait, else raises LateGrant(message)."""
+
+    message: str
 
 
 #: A quorum operation: yields Fans, receives their replies, returns the combined reply.
@@ -459,22 +466,26 @@ class QuorumBackend(LockBackend):
             token = max(granted.values())
             low = [i for i, granted_token in granted.items() if granted_token < token]
             at_token = len(granted) - len(low)
-            if at_token < self.needed:  # raise enough of the others to the largest token
+
+            def valid_ms() -> float:  # what is left of the grants' validity
+                return float(ttl - (time.monotonic() - sent) * 1000 - drift_ms(ttl))
+
+            if at_token < self.needed and valid_ms() > 0:  # raise enough of the others
                 raised = yield Fan("quorum_raise", name, [secret, token], only=low)
                 at_token += sum(1 for i in low if raised[i] == 1)
-            took_ms = (time.monotonic() - sent) * 1000
-            if at_token >= self.needed and ttl - took_ms - drift_ms(ttl) > 0:
+            if at_token >= self.needed and valid_ms() > 0:
                 return token
             yield from self._giving_back(name, secret, replies)
-            raise LockUnavailable(
-                f"Lock {name!r}: a majority of the primaries granted it, but "
-                + (
-                    f"only after {took_ms / 1000:.3f} s, no less than its lease "
-                    f"({ttl / 1000:g} s) minus clock drift"
-                    if at_token >= self.needed
-                    else "lost it before its fencing token was raised on a majority"
+            if valid_ms() <= 0:  # a value, not an exception: the attempts go on
+                took = (time.monotonic() - sent) * 1000
+                return Late(
+                    f"Lock {name!r}: a majority of the primaries granted it, but only after "
+                    f"{took / 1000:.3f} s, no less than its lease ({ttl / 1000:g} s) minus clock "
+                    "drift: the grants were given back."
                 )
-                + ": the grants were given back."
+            raise LockUnavailable(
+                f"Lock {name!r}: a majority of the primaries granted it, but lost it before "
+                "its fencing token was raised on a majority: the grants were given back."
             )
         yield from self._giving_back(name, secret, replies)
         busy = [reply for reply in replies if isinstance(reply, list)]
@@ -670,6 +681,10 @@ def attempts(
                 "" if listening else record,
             ],
         )
+        if isinstance(result, Late):  # given back: try again while there is time to wait
+            if not watching:
+                raise LateGrant(result.message)
+            continue
         if not isinstance(result, list):
             return Acquired(int(result), handed_over=False, secret=attempt_secret)
         lease_left, held = int(result[0]), int(result[1])

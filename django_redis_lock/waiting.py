@@ -29,7 +29,8 @@ from typing import Any, NamedTuple
 
 from django_redis_lock import errors
 from django_redis_lock.backends import LockBackend, LockKeys
-from django_redis_lock.exceptions import LockNotReplicated, LockUnavailable
+from django_redis_lock.conf import lock_settings
+from django_redis_lock.exceptions import LateGrant
 from django_redis_lock.steps import Call, Flow, Listen, Wait
 
 logger = logging.getLogger("django_redis_lock")
@@ -380,26 +381,25 @@ def attempts(
                 else min(MAX_WAIT_SLICE_MS, math.ceil(left * 1000))
             )
         sent = time.monotonic()
-        try:
-            counted = "" if listening else record
-            result = yield Call(
-                "acquire",
-                keys.all,
-                [*args, wait_ms, channel, _QUEUE_GRACE_MS, counted],
-                acked=True,
-            )
-        except LockNotReplicated as short:
-            if not isinstance(short.reply, list):
-                raise  # it granted the lock: the caller gives it back
-            result = short.reply  # busy: nothing was granted, nothing needs acknowledging
+        counted = "" if listening else record
+        # A grant too few replicas acknowledged raises LockNotReplicated: the caller gives it
+        # back. A busy answer granted nothing, and needs no acknowledgement.
+        result = yield Call(
+            "acquire", keys.all, [*args, wait_ms, channel, _QUEUE_GRACE_MS, counted], acked=True
+        )
         if not isinstance(result, list):  # the fencing token: acquired
             took = time.monotonic() - sent
-            if took * 1000 >= args[1]:  # the lease may have ended before the reply came
-                raise LockUnavailable(
+            if took * 1000 < args[1]:
+                return Acquired(int(result), handed_over=False)
+            # The lease may have ended before the reply came: give the grant back now, and
+            # try again while there is time to wait.
+            yield Call("leave", keys.all, [args[0], lock_settings.tombstone_ms])
+            if not wait_ms:
+                raise LateGrant(
                     f"Redis granted the lock, but its reply took {took:.2f} s, as long as the "
-                    f"lease ({args[1] / 1000:g} s): the grant is given back, not trusted."
+                    f"lease ({args[1] / 1000:g} s): the grant was given back, not trusted."
                 )
-            return Acquired(int(result), handed_over=False)
+            continue
         lease_left, script_wait = int(result[0]), int(result[1])
         busy(lease_left, not listening, int(result[2]) if len(result) > 2 else -1)
         if not wait_ms:  # not queued: not blocking, or the deadline passed

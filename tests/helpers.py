@@ -164,6 +164,11 @@ def _unread_request_bytes(port: int) -> int:
     return total
 
 
+def wait_for_unread_request(port: int, timeout: float = 5.0) -> None:
+    """:func:`until_redis_has_unread_request` for a thread."""
+    wait_until(lambda: _unread_request_bytes(port), timeout=timeout)
+
+
 async def until_redis_has_unread_request(port: int, timeout: float = 5.0) -> None:
     """Return once a request sits unread in a paused server's socket (it will run it on
     resume): the way to know that a call was sent, when no reply can come."""

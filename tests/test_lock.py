@@ -31,7 +31,9 @@ from django_redis_lock import (
     lock,
     signals,
 )
+from testproject.redis_server import RedisServer
 from tests.helpers import (
+    CALL_SECONDS,
     FaultyConnection,
     SyncDriver,
     builtin_cache_with,
@@ -41,6 +43,7 @@ from tests.helpers import (
     received,
     round_trips,
     start,
+    wait_for_unread_request,
     wait_until,
 )
 
@@ -530,3 +533,25 @@ def test_ttl_of_a_held_lock_without_expiry_is_infinite(redis_client: redis.Redis
     assert held.ttl() == math.inf
     held.release()
     assert held.ttl() is None
+
+
+# -- a grant that came too late is given back, and a blocking acquire goes on (issue 20) -------
+
+
+def test_a_blocking_acquire_goes_on_after_a_late_grant(
+    redis_server: RedisServer, driver: SyncDriver
+) -> None:
+    with lock("late"):  # connected, and the script known
+        pass
+    attempt = lock("late", timeout=0.25, auto_renew=False)
+    redis_server.pause()
+    try:
+        got = start(lambda: driver.acquire(attempt, blocking_timeout=8))
+        wait_for_unread_request(redis_server.port)
+        time.sleep(0.6)  # the fault itself: Redis frozen for longer than the lease
+    finally:
+        redis_server.resume()
+    assert got.result(CALL_SECONDS) is True  # not LockUnavailable: it had time to wait
+    assert driver.owned(attempt)
+    assert 0 < (driver.ttl(attempt) or 0) <= 0.25  # a fresh lease of its own
+    driver.release(attempt)

@@ -9,6 +9,7 @@ import json
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future
 from typing import Any
 
 import pytest
@@ -18,11 +19,21 @@ from django.core.exceptions import ImproperlyConfigured
 from django.test.utils import override_settings
 
 from django_redis_lock import LockUnavailable, get_lock_manager, lock, locked
+from django_redis_lock.exceptions import LateGrant
 from django_redis_lock.quorum import QuorumBackend
 from django_redis_lock.runtime import runtime
 from django_redis_lock.signals import lock_lost
 from testproject.redis_server import RedisServer, RedisServerGroup, find_redis_server
-from tests.helpers import SyncDriver, fork_child, received, wait_children, wait_until
+from tests.helpers import (
+    CALL_SECONDS,
+    SyncDriver,
+    fork_child,
+    received,
+    start,
+    wait_children,
+    wait_for_unread_request,
+    wait_until,
+)
 
 PRIMARIES = 5
 ALIASES = [f"q{i}" for i in range(PRIMARIES)]
@@ -305,6 +316,49 @@ def test_a_frozen_primary_costs_at_most_its_socket_timeout(
         servers[2].resume()
     # the frozen primary ran the calls queued for it: nothing is left held there
     wait_until(lambda: holders(quorum, "frozen") == 0, timeout=5)
+
+
+def attempt_on_a_late_majority(
+    servers: list[RedisServer], driver: SyncDriver, **options: Any
+) -> Future[bool]:
+    """An acquire of "late" (0.2 s lease) whose replies from three of the five primaries come
+    after its lease but within the socket timeout: those three are paused for 0.3 s with its
+    requests in them. It runs in a thread whose connections are made first."""
+    ready, go = threading.Event(), threading.Event()
+
+    def run() -> bool:
+        with driver.entered(lock("late")):  # this thread's connections, the scripts known
+            pass
+        ready.set()
+        assert go.wait(CALL_SECONDS)
+        return driver.acquire(lock("late", timeout=0.2), **options)
+
+    got = start(run)
+    assert ready.wait(CALL_SECONDS)
+    for server in servers[:3]:
+        server.pause()
+    try:
+        go.set()
+        for server in servers[:3]:
+            wait_for_unread_request(server.port)
+        time.sleep(0.3)  # the fault itself: longer than the lease, shorter than the timeout
+    finally:
+        for server in servers[:3]:
+            server.resume()
+    return got
+
+
+def test_a_blocking_acquire_goes_on_after_a_majority_granted_too_late(
+    quorum: list[redis.Redis], servers: list[RedisServer], driver: SyncDriver
+) -> None:
+    """The majority's grants are given back, and the acquire tries again while it may wait."""
+    got = attempt_on_a_late_majority(servers, driver, blocking_timeout=8)
+    assert got.result(CALL_SECONDS) is True
+    wait_until(lambda: holders(quorum, "late") == 0, timeout=1)  # its lease ends unreleased
+    late = attempt_on_a_late_majority(servers, driver, blocking=False)
+    with pytest.raises(LateGrant, match="given back"):  # not blocking: it ends
+        late.result(CALL_SECONDS)
+    assert holders(quorum, "late") == 0
 
 
 def test_a_primary_restarted_empty_after_the_ttl_gives_no_second_holder(
