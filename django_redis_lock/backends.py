@@ -190,7 +190,7 @@ class LockBackend:
         try:
             return self._scripts[script].run(self.client, keys, args)
         except errors.CONNECTION as exc:
-            if not _demoted(exc):
+            if not demoted(exc):
                 raise
         # The server is a replica now (it wrote nothing): once more, on the current primary.
         self.primary_address()
@@ -204,9 +204,11 @@ class LockBackend:
         try:
             return await self._scripts[script].arun(client, keys, args)
         except errors.CONNECTION as exc:
-            if not _demoted(exc):
-                raise
-        await self._afollow_primary(client)
+            if demoted(exc):  # the server is a replica now (it wrote nothing)
+                await self._afollow_primary(client)
+            # Else a pooled connection that died while idle (the server restarted since): the
+            # request never reached it. The asyncio pool does not look before it hands a
+            # connection out, as the sync pool does: once more, on a new connection.
         return await self._scripts[script].arun(client, keys, args)
 
     def run_acked(
@@ -234,10 +236,10 @@ class LockBackend:
         results: list[Any] = []
         client = self.async_client()
         for command in self._acked_commands(script, keys, args):
-            pipe = client.pipeline(transaction=False)
-            for part in command:
-                pipe.execute_command(*part)
-            results = await pipe.execute(raise_on_error=False)
+            try:
+                results = await _apipelined(client, command)
+            except errors.CONNECTION:  # as arun: a connection that died while idle
+                results = await _apipelined(client, command)
             if not isinstance(results[0], errors.NO_SCRIPT):
                 break
         if self._short(results) and self.sentinel:
@@ -399,12 +401,21 @@ def backend_for(alias: str) -> LockBackend:
     return LockBackend(alias, cache, client)
 
 
+async def _apipelined(client: Client, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+    """``commands`` in one pipeline of an asyncio client; their replies (errors as values)."""
+    pipe = client.pipeline(transaction=False)
+    for command in commands:
+        pipe.execute_command(*command)
+    results: list[Any] = await pipe.execute(raise_on_error=False)
+    return results
+
+
 def connection_of(pool: Any, read_timeout: float) -> Any:
     """A new connection configured like ``pool``'s, outside it, reading with ``read_timeout``."""
     return pool.connection_class(**{**pool.connection_kwargs, "socket_timeout": read_timeout})
 
 
-def _demoted(error: Exception) -> bool:
+def demoted(error: Exception) -> bool:
     """Whether a Sentinel-managed connection failed because its server answered READONLY:
     a primary demoted by a failover (the library hangs that connection up and raises this)."""
     return isinstance(error.__context__, errors.READ_ONLY)

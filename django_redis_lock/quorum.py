@@ -37,7 +37,7 @@ from typing import Any, NamedTuple
 from django.core.exceptions import ImproperlyConfigured
 
 from django_redis_lock import errors, scripts
-from django_redis_lock.backends import LockBackend, LockKeys
+from django_redis_lock.backends import LockBackend, LockKeys, demoted
 from django_redis_lock.conf import lock_settings
 from django_redis_lock.exceptions import LateGrant, LockUnavailable
 from django_redis_lock.steps import Call, Flow, Listen, ScriptName, Wait
@@ -105,6 +105,26 @@ class Late(NamedTuple):
 Plan = Generator[Fan, Any, Any]
 # What a primary not asked by a Fan gets in the replies.
 _NOT_ASKED: Any = None
+
+
+class _Sent(NamedTuple):
+    """A request :meth:`QuorumBackend._fan` sent to a member, whose reply is to be read."""
+
+    member: int
+    connection: Any
+    command: bytes
+    lua: Any
+    keys: Sequence[str]
+    args: Sequence[Any]
+    #: Whether the connection was connected before the request (it may have died idle).
+    reused: bool
+
+
+def _resendable(error: Exception, reused: bool) -> bool:
+    """Whether a request that failed with the connection error ``error`` can be sent once more
+    on a new connection: it went out on a connection made before (which may have died while
+    idle: the server restarted since), or a demoted primary refused it (READONLY)."""
+    return reused or demoted(error)
 
 
 def _address(backend: LockBackend) -> tuple[str, ...]:
@@ -311,7 +331,7 @@ class QuorumBackend(LockBackend):
 
     def _fan(self, fan: Fan) -> list[Any]:
         replies: list[Any] = [_NOT_ASKED] * len(self.members)
-        sent: list[tuple[int, Any, Any, Sequence[Any], Sequence[Any]]] = []
+        sent: list[_Sent] = []
         connections = self._connections()
         shared: dict[tuple[str, str], bytes] = {}  # the arguments all members get, packed once
         try:
@@ -321,6 +341,8 @@ class QuorumBackend(LockBackend):
                 args = self.member_args(fan, i)
                 lua, encoder = member.script(fan.script), connection.encoder
                 code = (encoder.encoding, encoder.encoding_errors)
+                # Connected before this step: it may have died while idle (see _resent).
+                reused = getattr(connection, "_sock", None) is not None
                 try:
                     packed = shared.get(code) if not fan.per_member else None
                     if packed is None:
@@ -330,33 +352,58 @@ class QuorumBackend(LockBackend):
                         + self._head(i, fan.script, fan.name, code)
                         + packed
                     )
-                    connection.send_packed_command([command])
+                    try:
+                        connection.send_packed_command([command])
+                    except errors.CONNECTION as exc:
+                        if not _resendable(exc, reused):
+                            raise
+                        connection.send_packed_command([command])  # on a new connection
+                        reused = False
                 except Exception as exc:
                     replies[i] = exc
                     self._answered(i, exc)
                     connection.disconnect()
                     continue
-                sent.append((i, connection, lua, keys, args))
+                sent.append(_Sent(i, connection, command, lua, keys, args, reused))
             while sent:
-                i, connection, lua, keys, args = sent[0]
+                one = sent[0]
                 try:
-                    try:
-                        replies[i] = connection.read_response()
-                    except errors.NO_SCRIPT:
-                        connection.send_command("EVAL", lua.source, len(keys), *keys, *args)
-                        replies[i] = connection.read_response()
-                    self._answered(i, None)
+                    replies[one.member] = self._reply(one)
+                    self._answered(one.member, None)
                 except errors.RESPONSE as exc:  # the server answered with an error
-                    replies[i] = exc
+                    replies[one.member] = exc
                 except Exception as exc:
-                    connection.disconnect()
-                    replies[i] = exc
-                    self._answered(i, exc)
+                    one.connection.disconnect()
+                    replies[one.member] = exc
+                    self._answered(one.member, exc)
                 sent.pop(0)
         finally:  # interrupted: connections with a reply still to come are not reused
-            for _, connection, *_ in sent:
-                connection.disconnect()
+            for one in sent:
+                one.connection.disconnect()
         return replies
+
+    def _reply(self, sent: _Sent) -> Any:
+        """The reply to a request sent by :meth:`_fan`: sent again by its source when the
+        server lost the script, and on a new connection when the one it went out on had died
+        while idle (a primary restarted since this thread's last step: the request never
+        reached it, as redis-py's pool also assumes) or reached a demoted primary."""
+        connection, lua, keys, args = sent.connection, sent.lua, sent.keys, sent.args
+        try:
+            try:
+                return connection.read_response()
+            except errors.NO_SCRIPT:
+                connection.send_command("EVAL", lua.source, len(keys), *keys, *args)
+                return connection.read_response()
+        except errors.CONNECTION as exc:
+            if not _resendable(exc, sent.reused):
+                raise
+        connection.disconnect()
+        connection.send_packed_command([sent.command])
+        try:
+            return connection.read_response()
+        except errors.NO_SCRIPT:
+            connection.send_command("EVAL", lua.source, len(keys), *keys, *args)
+            return connection.read_response()
 
     def _evalsha(self, i: int, script: ScriptName, name: str, code: tuple[str, str]) -> bytes:
         """The packed ``EVALSHA <sha> <n> <keys>`` of a script on a member's keys of ``name``

@@ -555,3 +555,18 @@ def test_a_blocking_acquire_goes_on_after_a_late_grant(
     assert driver.owned(attempt)
     assert 0 < (driver.ttl(attempt) or 0) <= 0.25  # a fresh lease of its own
     driver.release(attempt)
+
+
+def test_a_redis_restarted_between_two_calls_is_reconnected(
+    redis_server: RedisServer, driver: SyncDriver
+) -> None:
+    """A pooled connection that died while idle (Redis restarted since the last call) is
+    replaced, and the call goes through, for the blocking and the async API alike."""
+    with driver.entered(lock("before-restart")):  # connections made, then left idle
+        pass
+    redis_server.kill()
+    redis_server.start()
+    held = lock("after-restart", auto_renew=False)
+    assert driver.acquire(held)
+    driver.extend(held, 5)
+    driver.release(held)

@@ -361,6 +361,39 @@ def test_a_blocking_acquire_goes_on_after_a_majority_granted_too_late(
     assert holders(quorum, "late") == 0
 
 
+def restart_keeping_data(server: RedisServer) -> None:
+    """SAVE, SIGKILL and start again on the same port: the server keeps its keys (it loads
+    its snapshot), and every connection made to it before is dead."""
+    with redis.Redis(port=server.port) as client:
+        client.save()
+    server.kill()
+    server.start()
+
+
+def test_a_primary_restarted_between_two_calls_of_a_thread_is_reconnected(
+    quorum: list[redis.Redis], servers: list[RedisServer], driver: SyncDriver
+) -> None:
+    """Two of five down, so every step needs the other three; one of them restarts between
+    two calls of the same thread: the next call's request on its dead connection is sent
+    again on a new one, for acquire, extend and release alike (issue 20)."""
+    servers[3].kill()
+    servers[4].kill()
+    try:
+        held = lock("restarted", timeout=30)
+        assert driver.acquire(held)
+        restart_keeping_data(servers[0])
+        driver.extend(held)
+        restart_keeping_data(servers[0])
+        driver.release(held)
+        restart_keeping_data(servers[0])
+        again = lock("restarted", timeout=30)
+        assert driver.acquire(again)
+        driver.release(again)
+    finally:
+        servers[3].start()
+        servers[4].start()
+
+
 def test_a_primary_restarted_empty_after_the_ttl_gives_no_second_holder(
     quorum: list[redis.Redis], servers: list[RedisServer]
 ) -> None:
