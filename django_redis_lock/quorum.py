@@ -120,6 +120,15 @@ class _Sent(NamedTuple):
     reused: bool
 
 
+def _send(connection: Any, command: bytes, reused: bool) -> None:
+    """Send a packed request, connecting first unless the connection is connected already:
+    ``connect()`` itself, as a Sentinel-managed connection finds the primary there (redis-py 8
+    connects a connection that sends unconnected without asking its pool where to)."""
+    if not reused:
+        connection.connect()
+    connection.send_packed_command([command])
+
+
 def _resendable(error: Exception, reused: bool) -> bool:
     """Whether a request that failed with the connection error ``error`` can be sent once more
     on a new connection: it went out on a connection made before (which may have died while
@@ -353,11 +362,11 @@ class QuorumBackend(LockBackend):
                         + packed
                     )
                     try:
-                        connection.send_packed_command([command])
+                        _send(connection, command, reused)
                     except errors.CONNECTION as exc:
                         if not _resendable(exc, reused):
                             raise
-                        connection.send_packed_command([command])  # on a new connection
+                        _send(connection, command, reused=False)  # on a new connection
                         reused = False
                 except Exception as exc:
                     replies[i] = exc
@@ -398,7 +407,7 @@ class QuorumBackend(LockBackend):
             if not _resendable(exc, sent.reused):
                 raise
         connection.disconnect()
-        connection.send_packed_command([sent.command])
+        _send(connection, sent.command, reused=False)
         try:
             return connection.read_response()
         except errors.NO_SCRIPT:

@@ -24,6 +24,7 @@ from django_redis_lock.quorum import QuorumBackend
 from django_redis_lock.runtime import runtime
 from django_redis_lock.signals import lock_lost
 from testproject.redis_server import RedisServer, RedisServerGroup, find_redis_server
+from testproject.topology import SentinelTopology
 from tests.helpers import (
     CALL_SECONDS,
     SyncDriver,
@@ -392,6 +393,44 @@ def test_a_primary_restarted_between_two_calls_of_a_thread_is_reconnected(
     finally:
         servers[3].start()
         servers[4].start()
+
+
+@pytest.mark.slow
+def test_a_sentinel_members_demoted_primary_is_left_for_the_new_one(
+    quorum: list[redis.Redis], servers: list[RedisServer]
+) -> None:
+    """A quorum member that is a Sentinel service fails over between two calls of a thread:
+    the thread's connection reaches the demoted primary, which refuses the step (READONLY);
+    the step is sent again to the new primary instead of counting the member as down."""
+    with SentinelTopology(replicas=1, sentinels=3, service="quorum-member") as topology:
+        sentinels = [list(address) for address in topology.sentinel_addresses]
+        member = {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": "redis://quorum-member/0",
+            "OPTIONS": {
+                "CLIENT_CLASS": "django_redis.client.SentinelClient",
+                "CONNECTION_FACTORY": "django_redis.pool.SentinelConnectionFactory",
+                "SENTINELS": sentinels,
+                "SOCKET_TIMEOUT": SOCKET_TIMEOUT,
+                "SOCKET_CONNECT_TIMEOUT": SOCKET_TIMEOUT,
+            },
+        }
+        aliases = ["sentinel-member", "q1", "q2"]
+        caches = {**quorum_caches(servers), "sentinel-member": member}
+        with override_settings(CACHES=caches, REDIS_LOCK={"CACHE": aliases, "AUTO_RENEW": False}):
+            with lock("before"):  # this thread's connections, one to the first primary
+                pass
+            new = topology.failover()
+            topology.wait_until_announced(new)
+            topology.settle()  # the old primary is a replica now: it answers writes READONLY
+            held = lock("after")
+            assert held.acquire()
+            backend = runtime().backend(tuple(aliases))
+            assert isinstance(backend, QuorumBackend)
+            key = backend.members[0].keys_for("after").lock
+            with redis.Redis(port=new.port) as client:
+                assert client.hget(key, "s")  # granted there: the member voted
+            held.release()
 
 
 def test_a_primary_restarted_empty_after_the_ttl_gives_no_second_holder(
