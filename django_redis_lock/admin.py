@@ -198,6 +198,10 @@ class LockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # not subscriptabl
             locks=[self._row(info) for info in page.locks],
             first_page=not cursor,
             quorum=isinstance(self.manager(), QuorumLockManager),
+            unanswered=[
+                {"alias": _shown(alias), "error": _shown(error)}
+                for alias, error in page.unanswered.items()
+            ],
         )
         return self._render(request, "change_list", {**context, **(extra_context or {})})
 

@@ -394,6 +394,8 @@ def backend_for(alias: str) -> LockBackend:
         client = client_for(cache)
     except errors.CLIENT as exc:
         raise LockUnavailable(f"Could not reach the Redis of cache {alias!r}: {exc}") from exc
+    except ImproperlyConfigured as exc:
+        raise ImproperlyConfigured(f"The cache {alias!r} cannot hold locks: {exc}") from exc
     if instance_of(client, *CLUSTER_CLIENTS):
         from django_redis_lock.cluster import ClusterLockBackend
 

@@ -58,6 +58,9 @@ class LockPage:
 
     locks: list[LockInfo]
     next_cursor: str
+    #: Of a quorum's locks, the primaries that did not answer (cache alias: error); a lock they
+    #: alone hold is not on the page.
+    unanswered: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,9 @@ class LockInfo:
     ttl: float
     #: Of a quorum lock, the cache aliases of the primaries that hold it (empty otherwise).
     primaries: tuple[str, ...] = ()
+    #: Of a quorum lock, the cache aliases of the primaries that did not answer when it was read
+    #: (they may hold it too).
+    unanswered: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -137,6 +143,17 @@ def _info(name: str, fields: Sequence[object], pttl: int) -> LockInfo | None:
     )
 
 
+def _warn_unanswered(unanswered: dict[str, str], members: int) -> None:
+    if unanswered:
+        logger.warning(
+            "%d of %d primaries of the quorum did not answer the listing (%s): a lock held only "
+            "on them is not listed.",
+            len(unanswered),
+            members,
+            "; ".join(f"{alias}: {error}" for alias, error in unanswered.items()),
+        )
+
+
 def _warn_skipped(count: int) -> None:
     if count:
         logger.warning(
@@ -146,6 +163,25 @@ def _warn_skipped(count: int) -> None:
             count,
             "" if count == 1 else "s",
         )
+
+
+class Listing(Iterator["LockInfo"]):
+    """The held locks of a listing, read as they are iterated (see :meth:`LockManager.list`).
+
+    ``unanswered`` maps the cache alias of each primary of a quorum that did not answer so far
+    to its error: a lock only they hold is not listed (a majority answered, or the listing
+    would have raised LockUnavailable). Always empty for one alias's locks.
+    """
+
+    def __init__(self, read: Callable[[Listing], Iterator[LockInfo]]) -> None:
+        self.unanswered: dict[str, str] = {}
+        self._locks = read(self)
+
+    def __iter__(self) -> Listing:
+        return self
+
+    def __next__(self) -> LockInfo:
+        return next(self._locks)
 
 
 class LockManager:
@@ -163,16 +199,21 @@ class LockManager:
         """A Lock named ``name`` (not yet acquired); options as for :func:`lock`."""
         return Lock(name, using=self.alias, **options)
 
-    def list(self, pattern: str = "*") -> Iterator[LockInfo]:
+    def list(self, pattern: str = "*") -> Listing:
         """The held locks whose names match the glob ``pattern``, read with SCAN.
 
-        A generator: memory stays flat however many locks there are. Locks taken or released
-        while it runs may or may not appear, as with SCAN itself. Held locks whose data this
-        library did not write are skipped, with one warning that counts them.
+        An iterator (a :class:`Listing`): memory stays flat however many locks there are.
+        Locks taken or released while it runs may or may not appear, as with SCAN itself. Held
+        locks whose data this library did not write are skipped, with one warning that counts
+        them.
         """
+        match = self._backend.scan_pattern(validate_pattern(pattern))  # errors at the call
+        return Listing(lambda listing: self._listed(match))
+
+    def _listed(self, match: str) -> Iterator[LockInfo]:
         skipped = 0
         try:
-            for found, unreadable in self._batches(pattern):
+            for found, unreadable in self._batches(match):
                 skipped += unreadable
                 yield from found
         finally:
@@ -218,10 +259,9 @@ class LockManager:
         next_cursor = page_cursor(slots[server], int(scan_cursor)) if more else ""
         return LockPage(sorted(found, key=lambda info: info.name), next_cursor)
 
-    def _batches(self, pattern: str) -> Iterator[tuple[InfoList, int]]:
-        """The held locks matching ``pattern`` and how many were skipped, a SCAN batch at a
-        time (never KEYS)."""
-        match = self._backend.scan_pattern(validate_pattern(pattern))
+    def _batches(self, match: str) -> Iterator[tuple[InfoList, int]]:
+        """The held locks whose keys match the SCAN pattern ``match`` and how many were
+        skipped, a SCAN batch at a time (never KEYS)."""
         batch: KeyBatch = []
         with redis_errors("Could not list locks"), self._refreshing():
             for client in self._backend.primaries():
@@ -351,7 +391,8 @@ class LockManager:
             backend.load("force_release")  # a pipeline cannot load it
         started = _EPOCH + datetime.timedelta(seconds=int(seconds), microseconds=int(micros))
         clock = time.monotonic()
-        for found, unreadable in self._batches(pattern):
+        match = backend.scan_pattern(validate_pattern(pattern))
+        for found, unreadable in self._batches(match):
             skipped += unreadable
             # Taken since the start by the server's clock, give or take a second of the
             # client's; a start time later than that (written by hand) is no reason to spare.
@@ -393,16 +434,21 @@ class QuorumLockManager(LockManager):
     def lock(self, name: str, **options: Any) -> Lock:
         return Lock(name, using=self._quorum.aliases, **options)
 
-    def list(self, pattern: str = "*") -> Iterator[LockInfo]:
+    def list(self, pattern: str = "*") -> Listing:
+        validate_pattern(pattern)
+        return Listing(lambda listing: self._listed_on_a_majority(pattern, listing.unanswered))
+
+    def _listed_on_a_majority(self, pattern: str, unanswered: dict[str, str]) -> Iterator[LockInfo]:
         skipped = 0
         try:
-            names = self._names(pattern)
+            names = self._names(pattern, unanswered)
             for at in range(0, len(names), BATCH_SIZE):
-                found, unreadable = self._holds(names[at : at + BATCH_SIZE])
+                found, unreadable = self._holds(names[at : at + BATCH_SIZE], unanswered)
                 skipped += unreadable
                 yield from (info for info, _ in found)
         finally:
             _warn_skipped(skipped)
+            _warn_unanswered(unanswered, len(self._quorum.members))
 
     def page(self, pattern: str = "*", cursor: str = "", size: int = 100) -> LockPage:
         """A page of held locks by name order; the cursor is the last name of the page before
@@ -411,20 +457,22 @@ class QuorumLockManager(LockManager):
         if not isinstance(cursor, str) or (cursor and not cursor.startswith(_AFTER)):
             raise ValueError(f"Not a page cursor of a quorum's locks: {cursor!r}.")
         after = cursor[len(_AFTER) :]
-        names = [name for name in self._names(pattern) if not cursor or name > after]
+        unanswered: dict[str, str] = {}
+        names = [name for name in self._names(pattern, unanswered) if not cursor or name > after]
         found: InfoList = []
         skipped, at = 0, 0
         while at < len(names) and len(found) < size:
-            batch, unreadable = self._holds(names[at : at + size])
+            batch, unreadable = self._holds(names[at : at + size], unanswered)
             found.extend(info for info, _ in batch)
             skipped += unreadable
             at += size
         _warn_skipped(skipped)
+        _warn_unanswered(unanswered, len(self._quorum.members))
         more = at < len(names)
-        return LockPage(found, _AFTER + names[at - 1] if more else "")
+        return LockPage(found, _AFTER + names[at - 1] if more else "", unanswered)
 
     def get(self, name: str) -> LockInfo | None:
-        found, skipped = self._holds([validate_name(name)])
+        found, skipped = self._holds([validate_name(name)], {})
         _warn_skipped(skipped)
         return found[0][0] if found else None
 
@@ -432,7 +480,7 @@ class QuorumLockManager(LockManager):
         """Force-release ``name`` on every primary: the hold a majority has (with
         ``fencing_token``, only if it is that hold); without a token, whatever each primary
         holds for it too (what a failed attempt or a dead holder left on a minority)."""
-        found, _ = self._holds([validate_name(name)])
+        found, _ = self._holds([validate_name(name)], {})
         hold = found[0] if found else None
         if fencing_token is not None and (hold is None or hold[0].fencing_token != fencing_token):
             return None
@@ -444,9 +492,10 @@ class QuorumLockManager(LockManager):
         """Force-release the held locks :meth:`list` shows, each by the secret of the hold
         listed: a lock taken anew while the clear runs is left to its new holder."""
         released, skipped = 0, 0
-        names = self._names(pattern)
+        unanswered: dict[str, str] = {}
+        names = self._names(pattern, unanswered)
         for at in range(0, len(names), BATCH_SIZE):
-            found, unreadable = self._holds(names[at : at + BATCH_SIZE])
+            found, unreadable = self._holds(names[at : at + BATCH_SIZE], unanswered)
             skipped += unreadable
             for info, secret in found:
                 if self._force(info.name, secret):
@@ -487,8 +536,9 @@ class QuorumLockManager(LockManager):
         self._quorum.settle(failed, name, args, "quorum_force")
         return sum(1 for reply in replies if isinstance(reply, list) and reply) > 0
 
-    def _names(self, pattern: str) -> NameList:
-        """The lock names on any primary matching ``pattern``, sorted (SCAN on each)."""
+    def _names(self, pattern: str, unanswered: dict[str, str]) -> NameList:
+        """The lock names on any primary matching ``pattern``, sorted (SCAN on each); the
+        primaries that did not answer go into ``unanswered``."""
         validate_pattern(pattern)
         names: set[str] = set()
         failed: Failures = []
@@ -503,6 +553,7 @@ class QuorumLockManager(LockManager):
                             names.add(name)
             except LockUnavailable as exc:
                 failed.append(exc)
+                unanswered.setdefault(member.alias, str(exc.__cause__ or exc))
         if len(failed) > len(self._quorum.members) - self._quorum.needed:
             raise LockUnavailable(
                 f"Could not list locks: {len(failed)} of {len(self._quorum.members)} primaries "
@@ -510,16 +561,20 @@ class QuorumLockManager(LockManager):
             ) from failed[0].__cause__
         return sorted(names)
 
-    def _holds(self, names: Sequence[str]) -> tuple[HoldList, int]:
+    def _holds(self, names: Sequence[str], unanswered: dict[str, str]) -> tuple[HoldList, int]:
         """The holds a majority has among ``names`` (with their secrets), and how many held
-        ones cannot be shown truthfully."""
+        ones cannot be shown truthfully; the primaries that did not answer go into
+        ``unanswered`` (and into each LockInfo)."""
         quorum, records = self._quorum, Records()
+        failing: list[str] = []
         for member in quorum.members:
             try:
                 with redis_errors("Could not read locks"):
                     records.append(member.read([member.keys_for(name).lock for name in names]))
             except LockUnavailable as exc:
                 records.append(exc)
+                failing.append(member.alias)
+                unanswered.setdefault(member.alias, str(exc.__cause__ or exc))
         failed = [record for record in records if isinstance(record, Exception)]
         if len(failed) > len(quorum.members) - quorum.needed:
             raise failed[0]
@@ -542,7 +597,8 @@ class QuorumLockManager(LockManager):
                     skipped += 1
                 else:
                     primaries = tuple(alias for alias, _ in holding)
-                    found.append((dataclasses.replace(info, primaries=primaries), secret))
+                    info = dataclasses.replace(info, primaries=primaries, unanswered=tuple(failing))
+                    found.append((info, secret))
         return found, skipped
 
 

@@ -137,21 +137,21 @@ def _resendable(error: Exception, reused: bool) -> bool:
 
 
 def _address(backend: LockBackend) -> tuple[str, ...]:
-    """Where a member's keys live: server address and database (or Sentinel service)."""
+    """Which server a member's keys live on: its address (or Sentinel service). Not its
+    database: the databases of one server fail together."""
     pool = backend.client.connection_pool
     service = getattr(pool, "service_name", None)
     kwargs = pool.connection_kwargs
-    db = str(kwargs.get("db", 0))
     if service is not None:  # a service is named by its sentinels too
         manager = getattr(pool, "sentinel_manager", None)
         sentinels = sorted(
             "{}:{}".format(*_host_port(sentinel.connection_pool.connection_kwargs))
             for sentinel in getattr(manager, "sentinels", ())
         )
-        return ("sentinel", str(service), db, *sentinels)
+        return ("sentinel", str(service), *sentinels)
     if kwargs.get("path"):
-        return ("unix", str(kwargs["path"]), db)
-    return ("tcp", *_host_port(kwargs), db)
+        return ("unix", str(kwargs["path"]))
+    return ("tcp", *_host_port(kwargs))
 
 
 def _host_port(kwargs: dict[str, Any]) -> tuple[str, str]:
@@ -215,8 +215,9 @@ class QuorumBackend(LockBackend):
             if address in seen:
                 raise ImproperlyConfigured(
                     f"The cache aliases {seen[address]!r} and {member.alias!r} of a quorum lock "
-                    "reach the same Redis server and database: a quorum needs independent "
-                    "primaries, or one failure counts for two."
+                    "reach the same Redis server (or Sentinel service): a quorum needs "
+                    "independent primaries, or one failure counts for two (the databases of one "
+                    "server fail together)."
                 )
             seen[address] = member.alias
 

@@ -472,16 +472,26 @@ def test_bad_quorums_are_refused_at_the_call(quorum: list[redis.Redis]) -> None:
         locked("x", using=["q0"])
 
 
-def test_two_aliases_on_one_server_and_database_are_refused(
-    quorum: list[redis.Redis], servers: list[RedisServer]
-) -> None:
+def bad_quorum_caches(servers: list[RedisServer]) -> dict[str, Any]:
+    """The quorum's caches, and aliases that cannot be members: one on the server and
+    database of q1, one on another database of q1's server (one server: one failure), and one
+    that is not a Redis cache."""
     caches = quorum_caches(servers)
     caches["same"] = {**caches["q1"], "KEY_PREFIX": "other"}
+    caches["db3"] = {**caches["q1"], "LOCATION": servers[1].url.replace("/0", "/3")}
     caches["mem"] = {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
-    with override_settings(CACHES=caches):
+    return caches
+
+
+def test_two_aliases_on_one_server_are_refused(
+    quorum: list[redis.Redis], servers: list[RedisServer]
+) -> None:
+    with override_settings(CACHES=bad_quorum_caches(servers)):
         with pytest.raises(ImproperlyConfigured, match=r"'q1' and 'same' .* same Redis server"):
             lock("x", using=["q0", "q1", "same"])
-        with pytest.raises(ImproperlyConfigured, match="not a Redis cache"):
+        with pytest.raises(ImproperlyConfigured, match=r"'q1' and 'db3' .* same Redis server"):
+            lock("x", using=["q0", "q1", "db3"])
+        with pytest.raises(ImproperlyConfigured, match=r"The cache 'mem' .* not a Redis cache"):
             lock("x", using=["q0", "q1", "mem"])
 
 
@@ -493,15 +503,13 @@ def test_two_aliases_on_one_server_and_database_are_refused(
         (["q0", "q1", "nope"], "'nope', which is not an alias in CACHES"),
         (["q0", "q1", "mem"], "is not a cache locks can use"),
         (["q0", "q1", "same"], "same Redis server"),
+        (["q0", "q1", "db3"], "same Redis server"),
     ],
 )
 def test_system_checks_refuse_bad_quorums(
     servers: list[RedisServer], cache: list[str], message: str
 ) -> None:
-    caches = quorum_caches(servers)
-    caches["same"] = {**caches["q1"], "KEY_PREFIX": "other"}
-    caches["mem"] = {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
-    with override_settings(CACHES=caches, REDIS_LOCK={"CACHE": cache}):
+    with override_settings(CACHES=bad_quorum_caches(servers), REDIS_LOCK={"CACHE": cache}):
         errors = [m for m in run_checks() if m.id.startswith("django_redis_lock.E")]
     assert any(message in error.msg for error in errors), errors
 
@@ -606,6 +614,47 @@ def test_the_admin_shows_and_releases_a_quorum_lock(
     )
     assert done.status_code == 302
     assert holders(quorum, "admin:1") == 0
+
+
+@pytest.mark.django_db
+def test_listings_say_which_primaries_did_not_answer(
+    quorum: list[redis.Redis], servers: list[RedisServer], admin_client: Any
+) -> None:
+    """Two of five primaries down: the listing still shows what a majority holds, and says
+    which primaries did not answer: the manager, the command (a warning line, and each JSON
+    object) and the admin (issue 20)."""
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    held = lock("partly-seen")
+    assert held.acquire()
+    servers[3].kill()
+    servers[4].kill()
+    try:
+        listing = get_lock_manager().list()
+        (info,) = list(listing)
+        assert info.primaries == ("q0", "q1", "q2")
+        assert info.unanswered == ("q3", "q4")
+        assert sorted(listing.unanswered) == ["q3", "q4"]
+        assert "refused" in listing.unanswered["q3"].lower()
+        page = get_lock_manager().page()
+        assert sorted(page.unanswered) == ["q3", "q4"]
+        out, err = StringIO(), StringIO()
+        call_command("locks", "list", "--json", stdout=out, stderr=err)
+        (found,) = json.loads(out.getvalue())
+        assert found["unanswered"] == ["q3", "q4"]
+        assert "2 primaries did not answer (q3: " in err.getvalue()
+        out, err = StringIO(), StringIO()
+        call_command("locks", "list", stdout=out, stderr=err, no_color=True)
+        assert "partly-seen" in out.getvalue()
+        assert "a lock held only there is not listed" in err.getvalue()
+        shown = admin_client.get("/admin/django_redis_lock/lock/").content.decode()
+        assert "2 of the quorum's primaries did not answer (q3: " in shown
+    finally:
+        servers[3].start()
+        servers[4].start()
+    assert get_lock_manager().page().unanswered == {}
 
 
 @pytest.mark.urls("tests.urls")

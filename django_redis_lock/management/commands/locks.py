@@ -54,6 +54,7 @@ def as_json(info: LockInfo) -> dict[str, Any]:
         "acquired_at": info.acquired_at.isoformat(),
         "ttl": info.ttl if math.isfinite(info.ttl) else None,
         **({"primaries": list(info.primaries)} if info.primaries else {}),
+        **({"unanswered": list(info.unanswered)} if info.unanswered else {}),
     }
 
 
@@ -215,6 +216,14 @@ class Command(BaseCommand):
             self._write_json_array(locks)
         else:
             self._write_table(locks)
+        if locks.unanswered:  # a quorum's primaries that did not answer: said on stderr
+            failed = "; ".join(f"{alias}: {error}" for alias, error in locks.unanswered.items())
+            self.stderr.write(
+                self.style.WARNING(
+                    f"{len(locks.unanswered)} primar{'y' if len(locks.unanswered) == 1 else 'ies'}"
+                    f" did not answer ({safe_text(failed)}): a lock held only there is not listed."
+                )
+            )
 
     def _show(self, manager: LockManager, options: dict[str, Any]) -> None:
         info = self._held(manager, options["name"])
