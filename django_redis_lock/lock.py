@@ -96,7 +96,7 @@ class Lock:
         )
         self._reentrant = validate_flag(reentrant, "reentrant")
         self.label = validate_label(label)
-        self._backend = runtime().backend(validate_using(using))
+        self._backend = runtime().for_locks(validate_using(using))
         self._keys = self._backend.keys_for(self.name)
         self._secret: str | None = None
         self._depth = 0

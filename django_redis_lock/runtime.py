@@ -48,6 +48,8 @@ class Runtime:
         self._backends: dict[str, LockBackend] = {}
         self._quorums: dict[tuple[str, ...], LockBackend] = {}
         self._listeners: dict[LockBackend, Listener] = {}
+        # The backends whose servers were looked at for eviction (see for_locks).
+        self._looked: set[LockBackend] = set()
         self._mutex = threading.Lock()
 
     def backend(self, alias: Using = None) -> LockBackend:
@@ -58,7 +60,19 @@ class Runtime:
             assert alias is not None
         if isinstance(alias, tuple):
             return self._once(self._quorums, alias, self._quorum)
-        return self._once(self._backends, alias, backend_for, fresh=_look_for_eviction)
+        return self._once(self._backends, alias, backend_for)
+
+    def for_locks(self, alias: Using = None) -> LockBackend:
+        """:meth:`backend`, for a Lock: the servers of each backend are looked at for eviction
+        at its first lock of the process (production servers never run ``manage.py check``)."""
+        backend = self.backend(alias)
+        if backend not in self._looked:
+            with self._mutex:
+                first = backend not in self._looked
+                self._looked.add(backend)
+            if first:
+                _look_for_eviction(backend)
+        return backend
 
     def _quorum(self, aliases: tuple[str, ...]) -> LockBackend:
         return quorum_backend(aliases, self.backend)
@@ -67,23 +81,15 @@ class Runtime:
         """This process's listener for grants on ``backend`` (its thread starts on demand)."""
         return self._once(self._listeners, backend, QuorumListener if backend.quorum else Listener)
 
-    def _once(
-        self,
-        made: dict[K, V],
-        key: K,
-        make: Callable[[K], V],
-        fresh: Callable[[V], None] | None = None,
-    ) -> V:
-        """``made[key]``, made by ``make(key)`` the first time (then handed to ``fresh``); the
-        first one made is kept whatever the threads. It is made outside the mutex: a cluster
-        client connects as it is made, and other aliases must not wait for that."""
+    def _once(self, made: dict[K, V], key: K, make: Callable[[K], V]) -> V:
+        """``made[key]``, made by ``make(key)`` the first time; the first one made is kept
+        whatever the threads. It is made outside the mutex: a cluster client connects as it
+        is made, and other aliases must not wait for that."""
         found = made.get(key)
         if found is None:
             new = make(key)
             with self._mutex:
                 found = made.setdefault(key, new)
-            if found is new and fresh is not None:
-                fresh(new)
         return found
 
     def thread_owner(self) -> str:
@@ -107,13 +113,13 @@ class Runtime:
             self._listeners.clear()
             self._backends.clear()
             self._quorums.clear()
+            self._looked.clear()
             self.recent_stats = RecentStats()
 
 
 def _look_for_eviction(backend: LockBackend) -> None:
-    """Warn (log) once per alias and process if a server of ``backend`` may evict held locks:
-    production servers never run ``manage.py check``. In a thread of its own, so that the first
-    lock call (maybe on an event loop) does not wait for the servers' answers."""
+    """Warn (log) if a server of ``backend`` may evict held locks. In a thread of its own, so
+    that the first lock call (maybe on an event loop) does not wait for the servers' answers."""
 
     def look() -> None:
         try:

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 from django.core.cache import caches
+from django.core.checks import run_checks
 from django.test.utils import override_settings
 
 from django_redis_lock import lock
@@ -193,3 +194,22 @@ def test_doctor_on_a_quorum_with_a_primary_down(redis_factory: RedisServerGroup)
     assert len(persistence) == 2
     assert all("longer than the longest lease" in f["fix"] for f in persistence)
     assert text.count("socket-timeout") == 3
+
+
+def test_each_member_of_a_quorum_is_looked_at(redis_factory: RedisServerGroup) -> None:
+    servers = [redis_factory(), redis_factory(extra_args=EVICTING), redis_factory()]
+    caches_ = {
+        **build_caches(servers[0].url),
+        **build_quorum_caches([server.url for server in servers]),
+    }
+    quorum = {"CACHE": ["quorum0", "quorum1", "quorum2"]}
+    with recording("evict") as log, override_settings(CACHES=caches_, REDIS_LOCK=quorum):
+        ids = [message.id for message in run_checks() if message.id.startswith("django_redis")]
+        assert ids == ["django_redis_lock.W010"]
+        with lock("quorum-wide"):
+            pass
+        said = {message.split("'")[1]: message for message in log.wait_for(3)}
+    assert sorted(said) == ["quorum0", "quorum1", "quorum2"]
+    assert "may evict keys" in said["quorum1"]
+    assert "never evicts" in said["quorum0"]
+    assert "never evicts" in said["quorum2"]
