@@ -27,7 +27,12 @@ class _DjangoNamed(ModelBase):
         django_name: str,
         **kwargs: Any,
     ) -> _DjangoNamed:
-        return cast(_DjangoNamed, super().__new__(mcs, django_name, bases, attrs, **kwargs))
+        cls = cast(_DjangoNamed, super().__new__(mcs, django_name, bases, attrs, **kwargs))
+        # Django has read the model name from the name it was given; Python keeps the class's
+        # own, so that `django_redis_lock.models.<__name__>` exists (Django 5.2's shell imports
+        # every model by it).
+        cls.__name__ = name
+        return cls
 
 
 class HeldLock(models.Model, metaclass=_DjangoNamed, django_name="Lock"):

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
 import threading
 from typing import Any
 
+import django
 import pytest
 import redis
+from django.conf import settings
 from django.contrib.admin.models import DELETION, LogEntry
 from django.contrib.admin.utils import quote
 from django.contrib.auth.models import Permission
@@ -53,6 +57,23 @@ def test_the_placeholder_model_is_not_called_lock_and_keeps_codenames_and_urls()
     assert reverse("admin:django_redis_lock_lock_change", args=["x"]) == CHANGELIST + "x/"
     # A database migrated before the rename needs no migration: the model state is the same.
     call_command("makemigrations", "django_redis_lock", check=True, dry_run=True, verbosity=0)
+
+
+@pytest.mark.skipif(django.VERSION < (5, 2), reason="Django's shell imports models from 5.2 on")
+def test_the_shell_imports_the_placeholder_model_by_its_class_name() -> None:
+    """Django 5.2's shell imports every model as ``<module>.<__name__>``: the placeholder's
+    must exist (it said "1 object could not be automatically imported" at every start)."""
+    shell = subprocess.run(
+        [sys.executable, "manage.py", "shell", "-v", "2", "-c", "print(HeldLock._meta.label)"],
+        cwd=settings.BASE_DIR,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert "could not be automatically imported" not in shell.stdout + shell.stderr
+    assert "from django_redis_lock.models import HeldLock" in shell.stdout
+    assert shell.stdout.rstrip().endswith("django_redis_lock.Lock")
 
 
 def test_the_page_is_listed_on_the_admin_index(admin_client: Client) -> None:
