@@ -25,7 +25,7 @@ from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.admin.models import DELETION, LogEntry
 from django.contrib.admin.utils import quote, unquote
 from django.contrib.contenttypes.models import ContentType
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import ImproperlyConfigured, PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
@@ -49,7 +49,7 @@ from django_redis_lock.stats import (
     duration,
     sort_key,
 )
-from django_redis_lock.validation import shorten, validate_cursor
+from django_redis_lock.validation import MAX_PATTERN_LENGTH, shorten
 
 #: The action of the changelist's action bar.
 RELEASE_ACTION = "release_selected"
@@ -76,15 +76,6 @@ def from_form_value(value: str) -> tuple[str, int | None]:
         raise ValueError(f"Not a lock selection: '{value[:100]}'.")  # shown through safe_text
     token, encoded = match.groups()
     return url_unquote(encoded), int(token) if token else None
-
-
-def page_cursor(text: str) -> str:
-    """The page cursor of a page link, or a ValueError an operator can read."""
-    try:
-        validate_cursor(text)
-    except ValueError:
-        raise ValueError(_BAD_CURSOR) from None
-    return text
 
 
 def _shown(text: str, limit: int | None = LIST_TEXT_LIMIT) -> str:
@@ -125,6 +116,20 @@ def search_pattern(query: str) -> str:
 STATS_ROWS_LIMIT = 200
 # The numbers the statistics table shows of each name.
 _STATS_NUMBERS = (*(key for key in SORT_KEYS if key != "name"), "suggested_timeout")
+
+
+def _query(request: HttpRequest) -> str:
+    """The search box's query, cut just past the longest pattern: a longer one is refused
+    (400), and the page that says so does not echo all of it."""
+    return request.GET.get("q", "").strip()[: MAX_PATTERN_LENGTH + 1]
+
+
+def _unlistable(error: ImproperlyConfigured) -> str:
+    """What the list pages say when the cache's key function hides lock names."""
+    return (
+        f"{error} Single locks still work, and a lock whose name you know can be released with "
+        "`manage.py locks release NAME` (system check django_redis_lock.W002)."
+    )
 
 
 def _cell_text(value: float | None) -> str:
@@ -179,12 +184,12 @@ class LockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # not subscriptabl
             raise PermissionDenied
         if request.method == "POST":
             return self._release_action(request)
-        query = request.GET.get("q", "").strip()
+        query = _query(request)
         context = self._context(
             request, "Held locks", query=query, shown_query=_shown(query), locks=[], next_url=None
         )
         try:
-            cursor = page_cursor(request.GET.get("cursor", ""))
+            cursor = self._cursor(request.GET.get("cursor", ""))
             page = self.manager().page(
                 search_pattern(query) if query else "*", cursor, self.list_per_page
             )
@@ -192,6 +197,8 @@ class LockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # not subscriptabl
             return self._render(request, "change_list", context, error=str(exc), status=400)
         except LockUnavailable as exc:
             return self._render(request, "change_list", context, error=str(exc), status=503)
+        except ImproperlyConfigured as exc:  # a KEY_FUNCTION that hides names (W002)
+            return self._render(request, "change_list", context, error=_unlistable(exc))
         if page.next_cursor:
             context["next_url"] = "?" + urlencode({"q": query, "cursor": page.next_cursor})
         context.update(
@@ -204,6 +211,13 @@ class LockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # not subscriptabl
             ],
         )
         return self._render(request, "change_list", {**context, **(extra_context or {})})
+
+    def _cursor(self, text: str) -> str:
+        """The page cursor of a page link, or a ValueError an operator can read."""
+        try:
+            return self.manager().check_cursor(text)
+        except ValueError:
+            raise ValueError(_BAD_CURSOR) from None
 
     def detail_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         """One held lock with everything known about it, and a release button."""
@@ -229,7 +243,7 @@ class LockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # not subscriptabl
         filters the names as on the list of held locks, ``sort`` orders them (SORT_KEYS)."""
         if not self.has_view_permission(request):
             raise PermissionDenied
-        query = request.GET.get("q", "").strip()
+        query = _query(request)
         sort = request.GET.get("sort", "name")
         context = self._context(
             request,
@@ -254,6 +268,8 @@ class LockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # not subscriptabl
             return self._render(request, "stats", context, error=safe_text(str(exc)), status=400)
         except LockUnavailable as exc:
             return self._render(request, "stats", context, error=str(exc), status=503)
+        except ImproperlyConfigured as exc:  # a KEY_FUNCTION that hides names (W002)
+            return self._render(request, "stats", context, error=_unlistable(exc))
         ordered = sorted(found, key=sort_key(sort))
         context.update(
             rows=[

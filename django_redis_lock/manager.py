@@ -21,12 +21,15 @@ from django_redis_lock.exceptions import LockUnavailable
 from django_redis_lock.lock import Lock
 from django_redis_lock.quorum import Fan, QuorumBackend, merge_hold
 from django_redis_lock.runtime import runtime
-from django_redis_lock.stats import LockStats
+from django_redis_lock.stats import LockStats, backed_by_majority
 from django_redis_lock.stats import parse as parse_stats
 from django_redis_lock.validation import (
+    MAX_NAME_LENGTH,
     page_cursor,
+    shorten,
     validate_cursor,
     validate_name,
+    validate_page_size,
     validate_pattern,
     validate_using,
 )
@@ -230,7 +233,8 @@ class LockManager:
         slots moved to other primaries since is refused (ValueError: start again).
         """
         match = self._backend.scan_pattern(validate_pattern(pattern))
-        first_slot, scan_cursor = validate_cursor(cursor)
+        first_slot, scan_cursor = validate_cursor(self.check_cursor(cursor))
+        size = validate_page_size(size)
         found: InfoList = []
         skipped = 0
         with redis_errors("Could not list locks"), self._refreshing():
@@ -258,6 +262,13 @@ class LockManager:
         more = server < len(servers)
         next_cursor = page_cursor(slots[server], int(scan_cursor)) if more else ""
         return LockPage(sorted(found, key=lambda info: info.name), next_cursor)
+
+    def check_cursor(self, cursor: object) -> str:
+        """``cursor`` if :meth:`page` can go on from it: "" or a page's ``next_cursor``;
+        else TypeError or ValueError."""
+        validate_cursor(cursor)
+        assert isinstance(cursor, str)
+        return cursor
 
     def _batches(self, match: str) -> Iterator[tuple[InfoList, int]]:
         """The held locks whose keys match the SCAN pattern ``match`` and how many were
@@ -454,9 +465,8 @@ class QuorumLockManager(LockManager):
         """A page of held locks by name order; the cursor is the last name of the page before
         ("": the first page)."""
         validate_pattern(pattern)
-        if not isinstance(cursor, str) or (cursor and not cursor.startswith(_AFTER)):
-            raise ValueError(f"Not a page cursor of a quorum's locks: {cursor!r}.")
-        after = cursor[len(_AFTER) :]
+        after = self.check_cursor(cursor)[len(_AFTER) :]
+        size = validate_page_size(size)
         unanswered: dict[str, str] = {}
         names = [name for name in self._names(pattern, unanswered) if not cursor or name > after]
         found: InfoList = []
@@ -470,6 +480,14 @@ class QuorumLockManager(LockManager):
         _warn_unanswered(unanswered, len(self._quorum.members))
         more = at < len(names)
         return LockPage(found, _AFTER + names[at - 1] if more else "", unanswered)
+
+    def check_cursor(self, cursor: object) -> str:
+        """A quorum's cursor: "", or "after:" and the last name of the page before."""
+        if not isinstance(cursor, str):
+            raise TypeError(f"A page cursor is a str, not {type(cursor).__name__}.")
+        if cursor and not (cursor.startswith(_AFTER) and len(cursor) <= _MAX_CURSOR):
+            raise ValueError(f"Not a page cursor of a quorum's locks: {shorten(repr(cursor), 80)}.")
+        return cursor
 
     def get(self, name: str) -> LockInfo | None:
         found, skipped = self._holds([validate_name(name)], {})
@@ -506,9 +524,9 @@ class QuorumLockManager(LockManager):
         return released
 
     def stats(self, pattern: str = "*") -> StatsList:
-        """Each primary records the holds it granted: per name, the statistics of the primary
-        that recorded the most (any majority's member saw every hold it granted)."""
-        best: dict[str, LockStats] = {}
+        """Each primary records the holds it granted: per name, the statistics a majority of
+        the primaries backs (see ``stats.backed_by_majority``: no one primary decides)."""
+        per_name: dict[str, list[LockStats]] = {}
         failed: Failures = []
         for member in self._quorum.members:
             try:
@@ -517,12 +535,17 @@ class QuorumLockManager(LockManager):
                 failed.append(exc)
                 continue
             for stats in found:
-                known = best.get(stats.name)
-                if known is None or _weight(stats) > _weight(known):
-                    best[stats.name] = stats
-        if len(failed) > len(self._quorum.members) - self._quorum.needed:
+                per_name.setdefault(stats.name, []).append(stats)
+        answered = len(self._quorum.members) - len(failed)
+        if answered < self._quorum.needed:
             raise failed[0]
-        return sorted(best.values(), key=lambda stats: stats.name)
+        backed = []
+        for found_on in per_name.values():
+            nothing: list[LockStats | None] = [None] * (answered - len(found_on))
+            chosen = backed_by_majority([*found_on, *nothing], self._quorum.needed)
+            if chosen is not None:
+                backed.append(chosen)
+        return sorted(backed, key=lambda stats: stats.name)
 
     def _force(self, name: str, secret: str) -> bool:
         """QUORUM_FORCE on every primary; whether a majority released it."""
@@ -602,12 +625,9 @@ class QuorumLockManager(LockManager):
         return found, skipped
 
 
-def _weight(stats: LockStats) -> tuple[int, int, int]:
-    return (stats.acquisitions, stats.busy, stats.lost)
-
-
 # Page cursors of a quorum's listing start with this, then the last name of the page before.
 _AFTER = "after:"
+_MAX_CURSOR = len(_AFTER) + MAX_NAME_LENGTH
 
 
 def get_lock_manager(using: str | Sequence[str] | None = None) -> LockManager:

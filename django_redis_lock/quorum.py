@@ -40,6 +40,8 @@ from django_redis_lock import errors, scripts
 from django_redis_lock.backends import LockBackend, LockKeys, demoted
 from django_redis_lock.conf import lock_settings
 from django_redis_lock.exceptions import LateGrant, LockUnavailable
+from django_redis_lock.stats import backed_by_majority
+from django_redis_lock.stats import parse as parse_stats
 from django_redis_lock.steps import Call, Flow, Listen, ScriptName, Wait
 from django_redis_lock.waiting import MAX_WAIT_SLICE_MS, Acquired, Listener, Ticket
 from django_redis_lock.watchdog import Leave
@@ -592,12 +594,15 @@ class QuorumBackend(LockBackend):
         yield Fan("stats_count", name, ["l"])
 
     def _reading_stats(self, name: str) -> Plan:
-        """The statistics hash (HGETALL's flat array) of the primary that recorded the most."""
+        """The statistics hash (HGETALL's flat array) that a majority backs (see
+        ``stats.backed_by_majority``); [] when a majority recorded nothing."""
         replies = yield Fan("stats_read", name, ())
         found = [reply for reply in replies if isinstance(reply, list)]
         if len(found) < self.needed:
             raise self.failure(name, replies, "its statistics could not be read")
-        return max(found, key=_recorded)
+        parsed = [(parse_stats(name, flat), flat) for flat in found]
+        backed = backed_by_majority([stats for stats, _ in parsed], self.needed)
+        return next((flat for stats, flat in parsed if stats is backed), []) if backed else []
 
     def _extending(self, name: str, args: Sequence[Any]) -> Plan:
         """EXTEND on every primary: the lease a majority confirmed (less the drift), 1 for a
@@ -635,16 +640,6 @@ class QuorumBackend(LockBackend):
         if answered < self.needed:
             raise self.failure(name, replies, "its state could not be read")
         return json.dumps([False, False, False, False, False, -2])
-
-
-def _recorded(flat: list[Any]) -> int:
-    """How many holds a statistics hash (flat) recorded."""
-    for at in range(0, len(flat) - 1, 2):
-        if flat[at] in (b"n", "n"):
-            value = flat[at + 1]
-            text = value.decode() if isinstance(value, bytes) else str(value)
-            return int(text) if text.isdecimal() else 0
-    return 0
 
 
 def _lease_key(pttl: int) -> float:

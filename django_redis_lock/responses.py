@@ -16,6 +16,8 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 
+from django_redis_lock.validation import MAX_TIMEOUT
+
 
 def answer(request: HttpRequest, status: int, error: str, detail: str) -> HttpResponse:
     """A short JSON body for clients that ask for JSON, plain text otherwise."""
@@ -32,8 +34,10 @@ def invalid_name(request: HttpRequest, error: ValueError) -> HttpResponse:
 
 def busy(request: HttpRequest, status: int, ttl: float | None) -> HttpResponse:
     """``status`` (423 unless configured) with Retry-After: the whole seconds left of the
-    holder's lease ``ttl`` (None when unknown), at least 1."""
-    retry_after = max(1, math.ceil(ttl or 0))
+    holder's lease ``ttl`` (None when unknown), at least 1, and at most the longest lease this
+    library grants (a key someone gave a longer expiry, crafted statistics)."""
+    seconds = ttl if ttl is not None and math.isfinite(ttl) else 0
+    retry_after = max(1, min(MAX_TIMEOUT, math.ceil(seconds)))
     detail = f"This resource is busy; retry in {retry_after} s."
     response = answer(request, status, "locked", detail)
     response["Retry-After"] = str(retry_after)

@@ -82,6 +82,8 @@ local function record(stats, hold_ms, wait_ms, ttl_ms)
   if wait_ms >= 1 then redis.call('HINCRBY', stats, 'w' .. bucket(wait_ms), 1) end
   local seen = redis.call('HMGET', stats, 'm', 't')
   local longest = tonumber(seen[1] or '') or 0
+  -- Not what this library writes (inf, nan, below zero, past Lua's exact integers): forgotten.
+  if not (longest >= 0 and longest < 9e15) then longest = 0 end
   if hold_ms > longest or tonumber(seen[2] or '') ~= ttl_ms then
     redis.call('HSET', stats, 'm', string.format('%d', math.max(hold_ms, longest)), 't', ttl_ms)
   end

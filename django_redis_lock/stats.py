@@ -16,6 +16,7 @@ p99 hold, twice, plus a margin for the network, within :data:`MIN_SUGGESTED` and
 from __future__ import annotations
 
 import math
+import re
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -100,11 +101,16 @@ def percentile(counts: Sequence[int], fraction: float, largest: float | None) ->
     return largest  # pragma: no cover  (the loop reaches the rank)
 
 
+# A counter as the scripts write it: ASCII digits (Python would read Arabic-Indic or fullwidth
+# digits as a number too, which Redis cannot increment), fewer than 19 of them.
+_COUNTER = re.compile(r"[0-9]{1,18}")
+
+
 def _integer(value: object) -> int:
     """A counter as read back: anything that is not a non-negative integer reads as 0 (the
     hash may have been written by someone else)."""
     text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
-    if isinstance(text, str) and text.isdecimal() and len(text) < 19:
+    if isinstance(text, str) and _COUNTER.fullmatch(text):
         return int(text)
     return 0
 
@@ -247,6 +253,19 @@ def parse(name: str, flat: Sequence[Any]) -> LockStats | None:
         hold_max=longest if sum(holds) else None,
         timeout=timeout or None,
     )
+
+
+def weight(stats: LockStats | None) -> tuple[int, int, int]:
+    """How much a LockStats recorded: acquisitions, then busy answers, then lost holds."""
+    return (0, 0, 0) if stats is None else (stats.acquisitions, stats.busy, stats.lost)
+
+
+def backed_by_majority(found: Sequence[LockStats | None], needed: int) -> LockStats | None:
+    """Of the statistics of one name on the primaries of a quorum that answered (None: none
+    there), the one a majority backs: ``needed`` primaries recorded at least as much. Any one
+    primary may have been written by someone else; its counts alone decide nothing."""
+    ordered = sorted(found, key=weight, reverse=True)
+    return ordered[needed - 1] if len(ordered) >= needed else None
 
 
 def sort_key(key: str) -> Any:

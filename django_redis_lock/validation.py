@@ -14,6 +14,8 @@ import re
 MAX_NAME_LENGTH = 1024
 #: The longest label accepted, in characters (labels are shown to operators).
 MAX_LABEL_LENGTH = 256
+#: The longest lock name pattern accepted, in characters: a name's, its characters escaped.
+MAX_PATTERN_LENGTH = 2 * MAX_NAME_LENGTH
 #: The owner text stored with a hold is cut to this many characters (long thread names).
 MAX_OWNER_LENGTH = 256
 #: The shortest lease, extension or tombstone accepted, in seconds (a millisecond).
@@ -205,6 +207,11 @@ def validate_pattern(pattern: object) -> str:
         raise TypeError(f"A lock name pattern must be a str, not {type(pattern).__name__}.")
     if not pattern:
         raise ValueError("A lock name pattern must not be empty; '*' matches every lock.")
+    if len(pattern) > MAX_PATTERN_LENGTH:
+        raise ValueError(
+            f"A lock name pattern is at most {MAX_PATTERN_LENGTH} characters (names are at most "
+            f"{MAX_NAME_LENGTH}); this one has {len(pattern)}."
+        )
     escaped = in_class = False
     for char in pattern:
         if escaped:
@@ -216,9 +223,9 @@ def validate_pattern(pattern: object) -> str:
         elif char == "]" and in_class:
             in_class = False
     if escaped:
-        raise ValueError(f"The pattern {pattern!r} ends with a lone backslash.")
+        raise ValueError(f"The pattern {shorten(repr(pattern), 80)} ends with a lone backslash.")
     if in_class:
-        raise ValueError(f"The pattern {pattern!r} has a '[' without its ']'.")
+        raise ValueError(f"The pattern {shorten(repr(pattern), 80)} has a '[' without its ']'.")
     return pattern
 
 
@@ -236,6 +243,19 @@ def validate_cursor(cursor: object) -> tuple[int, int]:
     if found is None or int(found[2]) > MAX_CURSOR:
         raise ValueError(f"{shorten(repr(cursor), 80)} is not a page cursor of this library.")
     return int(found[1]), int(found[2])
+
+
+#: The most locks a page of a listing may be asked for.
+MAX_PAGE_SIZE = 10_000
+
+
+def validate_page_size(size: object) -> int:
+    """``size`` if it is a usable page size: a whole number from 1 to MAX_PAGE_SIZE."""
+    if isinstance(size, bool) or not isinstance(size, int):
+        raise TypeError(f"A page size is a whole number of locks, not {size!r}.")
+    if not 1 <= size <= MAX_PAGE_SIZE:
+        raise ValueError(f"A page size is from 1 to {MAX_PAGE_SIZE} locks, not {size}.")
+    return size
 
 
 def page_cursor(first_slot: int, scan_cursor: int) -> str:

@@ -258,3 +258,24 @@ def test_redis_down_is_a_503_with_the_error(
     page = response.content.decode()
     assert "Could not read lock statistics" in page
     assert '<p class="errornote">' in page
+
+
+def test_names_the_key_function_hides_are_a_page_that_says_so(redis_url: str) -> None:
+    """Not a 500 (issue 21): the list and the statistics say why they cannot list."""
+    caches = build_caches(redis_url)
+    caches["default"]["KEY_FUNCTION"] = "tests.test_checks.hashed_key"
+    client = staff_client("view_lock")
+    with override_settings(CACHES=caches):
+        for page in (CHANGELIST, STATS):
+            response = client.get(page)
+            assert response.status_code == 200
+            assert "does not keep key text" in response.content.decode()
+
+
+def test_an_error_page_does_not_echo_a_huge_query(admin_client: Client) -> None:
+    query = "[" + "a" * 100_000
+    for page in (CHANGELIST, STATS):
+        response = admin_client.get(page, {"q": query})
+        assert response.status_code == 400
+        assert len(response.content) < 30_000
+        assert "pattern is at most 2048 characters" in response.content.decode()

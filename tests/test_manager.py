@@ -201,3 +201,13 @@ def test_clear_leaves_holds_taken_while_it_runs() -> None:
     assert len(batches) == 3
     assert 0 < batches[0] < len(names)
     assert all(each.owned() for each in second)  # the released ones were taken anew, too
+
+
+@pytest.mark.parametrize(
+    ("size", "error"),
+    [(0, ValueError), (-1, ValueError), (10_001, ValueError), (2.5, TypeError), (True, TypeError)],
+)
+def test_a_bad_page_size_is_refused_as_such(size: object, error: type[Exception]) -> None:
+    """Not "Redis could not be reached" (issue 21)."""
+    with pytest.raises(error, match="page size"):
+        get_lock_manager().page(size=size)  # type: ignore[arg-type]

@@ -4,8 +4,10 @@ tokens across majorities, primaries killed, frozen and restarted, processes cont
 from __future__ import annotations
 
 import gc
+import html
 import itertools
 import json
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -22,6 +24,7 @@ from django_redis_lock import LockUnavailable, get_lock_manager, lock, locked
 from django_redis_lock.exceptions import LateGrant
 from django_redis_lock.quorum import QuorumBackend
 from django_redis_lock.runtime import runtime
+from django_redis_lock.scripts import BOUNDS_MS
 from django_redis_lock.signals import lock_lost
 from testproject.redis_server import RedisServer, RedisServerGroup, find_redis_server
 from testproject.topology import SentinelTopology
@@ -863,3 +866,71 @@ def test_statistics_are_recorded_on_the_primaries_that_granted(
     stats = manager.get_stats("counted")
     assert stats is not None
     assert (stats.acquisitions, stats.busy, stats.lost) == (3, 1, 1)
+
+
+# -- hostile input (issue 21) --------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_the_admin_pages_through_a_quorums_locks(
+    quorum: list[redis.Redis], admin_client: Any
+) -> None:
+    names = [f"page:{i:03}" for i in range(105)]
+    for name in names:
+        assert lock(name, timeout=60).acquire(blocking=False)
+    changelist = "/admin/django_redis_lock/lock/"
+    first = admin_client.get(changelist).content.decode()
+    link = re.search(r'<a href="\?([^"]*)" class="next-page">', first)
+    assert link is not None
+    second = admin_client.get(changelist + "?" + html.unescape(link[1]))
+    assert second.status_code == 200  # not "this page link is not valid"
+    shown = re.findall(
+        r'<th class="field-name"><a href="[^"]*">([^<]*)</a>', second.content.decode()
+    )
+    assert shown == names[100:]
+    assert admin_client.get(changelist, {"cursor": "after:" + "x" * 5000}).status_code == 400
+
+
+@pytest.mark.parametrize("garbage", [b"\xff", b"5" * 5000], ids=["not-utf8", "5000-digits"])
+@pytest.mark.urls("tests.urls")
+def test_garbage_in_one_primarys_statistics_never_stops_the_quorum(
+    quorum: list[redis.Redis], client: Any, garbage: bytes
+) -> None:
+    backend = runtime().backend(tuple(ALIASES))
+    assert isinstance(backend, QuorumBackend)
+    with lock("invoice:7"):
+        pass
+    quorum[0].hset(backend.members[0].keys_for("invoice:7").stats, "n", garbage)
+    stats = lock("invoice:7").stats()
+    assert stats is not None
+    assert stats.acquisitions == 1
+    with lock("invoice:7", timeout="auto"):  # reads the statistics first
+        busy = client.get("/pay/7/")
+    assert busy.status_code == 423
+
+
+def test_one_primarys_crafted_counts_decide_nothing(quorum: list[redis.Redis]) -> None:
+    """Twenty real holds of 10 ms on every primary; one primary says a thousand of an hour:
+    the statistics a majority backs are the real ones."""
+    backend = runtime().backend(tuple(ALIASES))
+    assert isinstance(backend, QuorumBackend)
+    for _ in range(20):
+        with lock("crafted"):
+            pass
+    stats_key = backend.members[0].keys_for("crafted").stats
+    quorum[0].hset(stats_key, mapping={"n": 1000, f"h{len(BOUNDS_MS)}": 1000, "m": 3_600_000})
+    for stats in (lock("crafted").stats(), get_lock_manager().get_stats("crafted")):
+        assert stats is not None
+        assert stats.acquisitions == 20
+        assert stats.suggested_timeout is not None
+        assert stats.suggested_timeout < 2
+    (listed,) = get_lock_manager().stats("crafted")
+    assert listed.acquisitions == 20
+
+
+@pytest.mark.parametrize(("size", "error"), [(0, ValueError), (-1, ValueError), (2.5, TypeError)])
+def test_a_quorums_page_refuses_a_bad_size(
+    quorum: list[redis.Redis], size: Any, error: type[Exception]
+) -> None:
+    with pytest.raises(error, match="page size"):
+        get_lock_manager().page(size=size)

@@ -13,7 +13,7 @@ import redis
 from django.core.management import CommandError, call_command
 from django.test import override_settings
 
-from django_redis_lock import Lock, LockNotOwned, get_lock_manager, lock
+from django_redis_lock import MAX_TIMEOUT, Lock, LockNotOwned, get_lock_manager, lock
 from django_redis_lock.scripts import BOUNDS_MS, STATS_TTL_MS
 from django_redis_lock.stats import (
     BUCKETS,
@@ -23,7 +23,7 @@ from django_redis_lock.stats import (
     bucket_of,
     percentile,
 )
-from tests.helpers import keys, wait_until
+from tests.helpers import keys, record_stats, wait_until
 
 
 def held_for(client: redis.Redis, name: str, micros: int, **options: object) -> Lock:
@@ -310,3 +310,58 @@ def test_a_busy_view_says_when_a_typical_hold_ends(
         assert busy.status_code == 423
         assert busy["Retry-After"] in ("5", "6")  # about 9 s - 4 s, rounded up
         held.release()
+
+
+# -- hostile statistics (issue 21) ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "value", ["\u0663", "\uff15", "5" * 5000, "-3", "1e3", "inf", b"\xff"], ids=repr
+)
+def test_counters_that_are_not_what_the_scripts_write_read_as_zero(
+    redis_client: redis.Redis, value: str | bytes
+) -> None:
+    """Arabic-Indic and fullwidth digits are numbers to Python, not to Redis's HINCRBY: read
+    as 0, as is anything else the scripts never write."""
+    record_stats(redis_client, "odd", [10] * 3, busy=2)
+    redis_client.hset(keys("odd").stats, "n", value)
+    found = get_lock_manager().get_stats("odd")
+    assert found is not None  # the busy count still says something
+    assert (found.acquisitions, found.busy) == (0, 2)
+    assert found.suggested_timeout is None
+
+
+@pytest.mark.parametrize("longest", ["inf", "-inf", "nan", "-5", "1e300"])
+def test_a_longest_hold_that_is_not_a_number_of_ours_is_forgotten(
+    redis_client: redis.Redis, longest: str
+) -> None:
+    with lock("longest"):
+        pass
+    redis_client.hset(keys("longest").stats, "m", longest)
+    held = held_for(redis_client, "longest", 300_000)
+    held.release()
+    written = int(redis_client.hget(keys("longest").stats, "m") or 0)
+    assert 300 <= written < 1000  # the hold, not -9223372036854775808
+
+
+@pytest.mark.urls("tests.urls")
+def test_retry_after_is_never_longer_than_the_longest_lease(
+    redis_client: redis.Redis, client: object
+) -> None:
+    """A lock key given an expiry of 10^13 ms by hand, or statistics crafted to say holds last
+    10^14 ms: Retry-After stays at most MAX_TIMEOUT (issue 21)."""
+    from django.test import Client
+
+    assert isinstance(client, Client)
+    held = lock("invoice:7", auto_renew=False)
+    assert held.acquire()
+    redis_client.pexpire(keys("invoice:7").lock, 10**13)
+    assert int(client.get("/pay/7/")["Retry-After"]) == MAX_TIMEOUT
+    held.release()
+    record_stats(redis_client, "invoice:8", [10**14] * 30, timeout=10**11)
+    redis_client.hset(keys("invoice:8").stats, "m", str(10**14))
+    held = lock("invoice:8", auto_renew=False)
+    assert held.acquire()
+    redis_client.pexpire(keys("invoice:8").lock, 10**13)
+    assert int(client.get("/pay/8/")["Retry-After"]) == MAX_TIMEOUT
+    held.release()
