@@ -298,6 +298,7 @@ class LockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # not subscriptabl
             "id": at,
             "name": name,
             "numbers": {key: _cell_text(getattr(stats, key)) for key in _STATS_NUMBERS},
+            "forced": stats.forced,
             "warnings": stats.warnings,
             "holds": charts.histogram(stats.holds, "hold", name, stats.timeout),
             "waits": charts.histogram(stats.waits, "wait", name),

@@ -293,6 +293,8 @@ class QuorumBackend(LockBackend):
             return keys.all
         if script == "extend":
             return (keys.lock, keys.stats)
+        if script == "stats_count":
+            return (keys.stats, keys.lock)
         return (keys.stats,) if script.startswith("stats_") else (keys.lock,)
 
     def _asked(self, fan: Fan, replies: list[Any]) -> list[int]:
@@ -585,13 +587,14 @@ class QuorumBackend(LockBackend):
         if freed >= self.needed:
             return 1
         if script == "quorum_release" and len(args) > 2 and args[2] == "1":
-            yield from self._counting_lost(name)
+            yield from self._counting_gone(name, args[0])
         return 0
 
-    def _counting_lost(self, name: str) -> Generator[Fan, Any, None]:
-        """Count a hold found lost on every primary that answers: no one primary can tell a
-        quorum's hold was lost (one that never granted it does not hold it either)."""
-        yield Fan("stats_count", name, ["l"])
+    def _counting_gone(self, name: str, secret: str) -> Generator[Fan, Any, None]:
+        """Count a hold its holder found gone on every primary that answers: no one primary
+        can tell a quorum's hold was lost (one that never granted it does not hold it either);
+        each counts it as forced where an operator released it, else as lost."""
+        yield Fan("stats_count", name, [secret])
 
     def _reading_stats(self, name: str) -> Plan:
         """The statistics hash (HGETALL's flat array) that a majority backs (see
@@ -607,7 +610,8 @@ class QuorumBackend(LockBackend):
     def _extending(self, name: str, args: Sequence[Any]) -> Plan:
         """EXTEND on every primary: the lease a majority confirmed (less the drift), 1 for a
         'check', or 0 when fewer than a majority hold the lock for the secret."""
-        replies = yield Fan("extend", name, args)
+        # The primaries do not count a hold they find gone: it is counted once, below.
+        replies = yield Fan("extend", name, [*args[:3], ""])
         confirmed = sorted((r for r in replies if isinstance(r, int) and r > 0), reverse=True)
         failed = sum(1 for reply in replies if isinstance(reply, Exception))
         if len(confirmed) >= self.needed:
@@ -618,7 +622,7 @@ class QuorumBackend(LockBackend):
         if len(confirmed) + failed >= self.needed:
             raise self.failure(name, replies, "its hold could not be confirmed")
         if args[2] != "check" and len(args) > 3 and args[3] == "1":
-            yield from self._counting_lost(name)
+            yield from self._counting_gone(name, args[0])
         return 0
 
     def _reading(self, name: str) -> Plan:

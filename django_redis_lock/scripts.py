@@ -6,7 +6,9 @@ Every lock has four keys sharing one Redis Cluster hash tag (see ``backends.Lock
              ``o`` owner, ``l`` label, ``a`` acquired-at (server clock, microseconds); its PTTL
              is the lease. Once released only ``t`` stays, as a short-lived tombstone that
              keeps the fencing token increasing, with ``r``, the secret of the last hold its
-             holder released (so that a retried release is recognised).
+             holder released (so that a retried release is recognised), and ``f``, the secret
+             of the last hold an operator released (so that its holder's release or renewal,
+             which finds it gone, is not counted as a lost hold).
 ``queue``    a sorted set of waiting secrets, scored by arrival time (microseconds): FIFO order.
 ``waiters``  a hash: waiting secret -> JSON ``{t: ttl ms, d: deadline ms, w: looks again at
              ms, o, l, c: channel}`` (times by the server clock). A quorum lock's waiters
@@ -49,9 +51,10 @@ STATS_TTL_MS = 7 * 24 * 3600 * 1000
 
 # Recording into a lock's statistics hash (KEYS[4] of the scripts that record): ``n``
 # acquisitions recorded at their release, ``b`` busy answers (an acquire's first), ``l`` lost
-# holds (found gone by their holder), ``m`` the longest hold (ms), ``t`` the lock's timeout
-# (ms, as last released), ``h<i>``/``w<i>`` the hold and wait histograms' buckets. Run through
-# pcall: a statistics key someone else broke never fails a release.
+# holds (found gone by their holder), ``f`` forced holds (found gone by their holder after an
+# operator released them: not a sign of a short timeout), ``m`` the longest hold (ms), ``t``
+# the lock's timeout (ms, as last released), ``h<i>``/``w<i>`` the hold and wait histograms'
+# buckets. Run through pcall: a statistics key someone else broke never fails a release.
 _STATS = (
     "local BOUNDS = {"
     + ", ".join(str(bound) for bound in BOUNDS_MS)
@@ -71,6 +74,11 @@ end
 local function count(stats, field)
   redis.call('HINCRBY', stats, field, 1)
   redis.call('PEXPIRE', stats, STATS_TTL_MS)
+end
+
+-- A hold its holder found gone: ``f`` (forced) when an operator released it, else ``l`` (lost).
+local function count_gone(stats, lock, secret)
+  count(stats, redis.call('HGET', lock, 'f') == secret and 'f' or 'l')
 end
 
 -- A hold that lasted hold_ms, after an acquire that waited wait_ms, of a lock whose timeout
@@ -279,14 +287,14 @@ return {left, wait, elapsed}
 # Returns 1 when released, 2 when released and handed to a waiter, 3 when this secret released
 # the lock already (a retry after a lost reply: field ``r`` keeps the last secret released by
 # its holder, until the next release or the key's end), 0 when the secret does not hold it
-# (counted as a lost hold).
+# (counted as a lost hold, or as a forced one when an operator released it).
 RELEASE = (
     _STATS
     + """
 local held = redis.call('HMGET', KEYS[1], 's', 'r', 'a')
 if held[1] ~= ARGV[1] then
   if held[2] == ARGV[1] then return 3 end
-  if ARGV[3] == '1' then pcall(count, KEYS[4], 'l') end
+  if ARGV[3] == '1' then pcall(count_gone, KEYS[4], KEYS[1], ARGV[1]) end
   return 0
 end
 local t = redis.call('TIME')
@@ -321,6 +329,7 @@ if ARGV[2] ~= '' then
   if not token or token ~= tonumber(ARGV[2]) then return {} end
 end
 local how = free(KEYS[1], KEYS[2], KEYS[3], now_us(), ARGV[1])
+redis.call('HSET', KEYS[1], 'f', held[1])  -- its holder learns it from an operator, not a loss
 return {held[2], held[3], held[4], held[5], how}
 """
 )
@@ -349,14 +358,16 @@ return 0
 
 # KEYS: lock, stats (optional)
 # ARGV: secret, ms, mode ('add': ms more; 'replace': exactly ms; 'atleast': at least ms;
-#       'check': change nothing), record ('1': count a hold found gone as lost, except 'check')
+#       'check': change nothing), record ('1': count a hold found gone as lost, or as forced
+#       when an operator released it; except 'check')
 # Returns the lease left in ms (1 for 'check'), or 0 when the secret does not hold the lock.
 EXTEND = (
     """
-if redis.call('HGET', KEYS[1], 's') ~= ARGV[1] then
+local held = redis.call('HMGET', KEYS[1], 's', 'f')
+if held[1] ~= ARGV[1] then
   if ARGV[4] == '1' and ARGV[3] ~= 'check' and KEYS[2] then
-    pcall(function()
-      redis.call('HINCRBY', KEYS[2], 'l', 1)
+    pcall(function()  -- gone: forced by an operator ('f'), else lost ('l')
+      redis.call('HINCRBY', KEYS[2], held[2] == ARGV[1] and 'f' or 'l', 1)
       redis.call('PEXPIRE', KEYS[2], """
     + str(STATS_TTL_MS)
     + """)
@@ -527,6 +538,7 @@ QUORUM_FORCE = (
 local held = redis.call('HMGET', KEYS[1], 's', 't', 'o', 'l', 'a')
 if not held[1] or (ARGV[2] ~= '' and held[1] ~= ARGV[2]) then return {} end
 redis.call('HDEL', KEYS[1], 's', 'o', 'l', 'a')
+redis.call('HSET', KEYS[1], 'f', held[1])  -- as FORCE_RELEASE: its holder's loss is forced
 redis.call('PEXPIRE', KEYS[1], ARGV[1])
 wake(KEYS[3])
 return {held[2], held[3], held[4], held[5], 1}
@@ -534,13 +546,14 @@ return {held[2], held[3], held[4], held[5], 1}
 )
 
 
-# KEYS: stats
-# ARGV: field
-# Counts one more of ``field`` (a quorum's lost hold, which no one primary can tell).
+# KEYS: stats, lock
+# ARGV: secret
+# Counts a quorum's hold of ``secret`` that its holder found gone, which no one primary can
+# tell: forced ('f') where an operator released it, else lost ('l').
 STATS_COUNT = (
     _STATS
     + """
-pcall(count, KEYS[1], ARGV[1])
+pcall(count_gone, KEYS[1], KEYS[2], ARGV[1])
 return 1
 """
 )

@@ -124,8 +124,8 @@ class LockStats:
     acquisitions: int
     #: Acquires that found the lock held (each counted once, however long it then waited).
     busy: int
-    #: Holds their holder found gone (expired or force-released) when it renewed, extended or
-    #: released them.
+    #: Holds their holder found gone (expired, or released by something else than an operator)
+    #: when it renewed, extended or released them.
     lost: int
     #: The hold and wait histograms: counts per bucket (see :func:`bucket_label`).
     holds: tuple[int, ...] = field(repr=False)
@@ -134,6 +134,9 @@ class LockStats:
     hold_max: float | None
     #: The lock's timeout as its last release had it, in seconds (None: not recorded).
     timeout: float | None
+    #: Holds an operator released (``locks release``, ``clear``, the admin) that their holder
+    #: then found gone: counted apart from ``lost``, never a sign of a short timeout.
+    forced: int = 0
 
     @property
     def hold_p50(self) -> float | None:
@@ -170,7 +173,7 @@ class LockStats:
         if self.lost:
             found.append(
                 f"too short? {self.lost} hold{'s' if self.lost != 1 else ''} lost "
-                "(expired or force-released before release)"
+                "(expired before their release)"
             )
         timeout, longest = self.timeout, self.hold_max
         if timeout and longest is not None and longest >= NEAR_TIMEOUT * timeout:
@@ -208,6 +211,7 @@ class LockStats:
             "acquisitions": self.acquisitions,
             "busy": self.busy,
             "lost": self.lost,
+            "forced": self.forced,
             "hold_p50": self.hold_p50,
             "hold_p99": self.hold_p99,
             "hold_max": self.hold_max,
@@ -235,11 +239,11 @@ def parse(name: str, flat: Sequence[Any]) -> LockStats | None:
             at + 1
         ]
     holds = tuple(_integer(fields.get(f"h{index}")) for index in range(BUCKETS))
-    acquisitions, busy, lost = (_integer(fields.get(key)) for key in "nbl")
+    acquisitions, busy, lost, forced = (_integer(fields.get(key)) for key in "nblf")
     # Waits under a millisecond are not written: the holds recorded less the other waits.
     longer = [_integer(fields.get(f"w{index}")) for index in range(1, BUCKETS)]
     waits = (max(0, sum(holds) - sum(longer)), *longer)
-    if not (acquisitions or busy or lost):
+    if not (acquisitions or busy or lost or forced):
         return None
     longest = _integer(fields.get("m")) / 1000 if "m" in fields else None
     timeout = _integer(fields.get("t")) / 1000 if "t" in fields else None
@@ -252,12 +256,16 @@ def parse(name: str, flat: Sequence[Any]) -> LockStats | None:
         waits=waits,
         hold_max=longest if sum(holds) else None,
         timeout=timeout or None,
+        forced=forced,
     )
 
 
-def weight(stats: LockStats | None) -> tuple[int, int, int]:
-    """How much a LockStats recorded: acquisitions, then busy answers, then lost holds."""
-    return (0, 0, 0) if stats is None else (stats.acquisitions, stats.busy, stats.lost)
+def weight(stats: LockStats | None) -> tuple[int, int, int, int]:
+    """How much a LockStats recorded: acquisitions, then busy answers, then lost holds, then
+    forced ones."""
+    if stats is None:
+        return (0, 0, 0, 0)
+    return (stats.acquisitions, stats.busy, stats.lost, stats.forced)
 
 
 def backed_by_majority(found: Sequence[LockStats | None], needed: int) -> LockStats | None:

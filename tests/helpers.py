@@ -393,13 +393,15 @@ def record_stats(
     *,
     busy: int = 0,
     lost: int = 0,
+    forced: int = 0,
     timeout: float | None = None,
 ) -> None:
     """Write the statistics hash of ``name`` as the release script would after these holds
-    and waits (milliseconds), busy answers and lost holds, of a lock of ``timeout`` seconds."""
+    and waits (milliseconds), busy answers, lost and forced holds, of a lock of ``timeout``
+    seconds."""
     fields = Counter(f"h{bucket_of(ms)}" for ms in holds_ms)
     fields.update(f"w{bucket_of(ms)}" for ms in waits_ms)
-    mapping: dict[str, int] = {**fields, "n": len(holds_ms), "b": busy, "l": lost}
+    mapping: dict[str, int] = {**fields, "n": len(holds_ms), "b": busy, "l": lost, "f": forced}
     if holds_ms:
         mapping["m"] = int(max(holds_ms))
     if timeout is not None:

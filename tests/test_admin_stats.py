@@ -279,3 +279,13 @@ def test_an_error_page_does_not_echo_a_huge_query(admin_client: Client) -> None:
         assert response.status_code == 400
         assert len(response.content) < 30_000
         assert "pattern is at most 2048 characters" in response.content.decode()
+
+
+def test_holds_released_by_an_operator_are_shown_apart(
+    admin_client: Client, redis_client: redis.Redis
+) -> None:
+    record_stats(redis_client, "operated", [50] * 30, forced=2, timeout=10)
+    page = admin_client.get(STATS).content.decode()
+    assert "+2 released by an operator" in page
+    assert "too short?" not in page  # the "– !": forced holds flag nothing
+    assert 'class="flag"' not in page

@@ -855,7 +855,7 @@ def test_statistics_are_recorded_on_the_primaries_that_granted(
     assert stats is not None
     assert stats.acquisitions == 3
     assert [found.name for found in manager.stats()] == ["counted"]
-    # a hold lost (force-released) is counted once, whichever primaries answer
+    # a hold found gone is counted once, whichever primaries answer
     held = lock("counted")
     assert held.acquire()
     held_busy = lock("counted")
@@ -865,7 +865,8 @@ def test_statistics_are_recorded_on_the_primaries_that_granted(
         held.release()
     stats = manager.get_stats("counted")
     assert stats is not None
-    assert (stats.acquisitions, stats.busy, stats.lost) == (3, 1, 1)
+    # by an operator: counted as forced, not lost (issue 21)
+    assert (stats.acquisitions, stats.busy, stats.lost, stats.forced) == (3, 1, 0, 1)
 
 
 # -- hostile input (issue 21) --------------------------------------------------------------------
@@ -934,3 +935,20 @@ def test_a_quorums_page_refuses_a_bad_size(
 ) -> None:
     with pytest.raises(error, match="page size"):
         get_lock_manager().page(size=size)
+
+
+def test_a_hold_an_extend_finds_gone_is_counted_once(quorum: list[redis.Redis]) -> None:
+    """Each primary that no longer had it counted it once (and the quorum once more) before."""
+    from django_redis_lock import LockNotOwned
+
+    backend = runtime().backend(tuple(ALIASES))
+    assert isinstance(backend, QuorumBackend)
+    held = lock("extended")
+    assert held.acquire()
+    for client, member in zip(quorum, backend.members, strict=True):
+        client.delete(member.keys_for("extended").lock)  # gone, not by an operator
+    with pytest.raises(LockNotOwned):
+        held.extend(10)
+    stats = get_lock_manager().get_stats("extended")
+    assert stats is not None
+    assert (stats.lost, stats.forced) == (1, 0)

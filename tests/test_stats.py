@@ -140,13 +140,40 @@ def test_waits_busy_answers_and_lost_holds_are_counted(redis_client: redis.Redis
 def test_a_loss_found_by_the_watchdog_is_counted_once(redis_client: redis.Redis) -> None:
     renewed = lock("watched", timeout=0.3)
     assert renewed.acquire()
-    get_lock_manager().release("watched")
+    redis_client.delete(keys("watched").lock)  # gone, and not by an operator's release
     wait_until(lambda: renewed.lost)
     with pytest.raises(LockNotOwned):
         renewed.release()
     stats = get_lock_manager().get_stats("watched")
     assert stats is not None
-    assert stats.lost == 1
+    assert (stats.lost, stats.forced) == (1, 0)
+
+
+def test_holds_an_operator_released_are_counted_apart_and_flag_nothing(
+    redis_client: redis.Redis,
+) -> None:
+    """Found gone by the watchdog, by the holder's release, after a release and a clear: each
+    is a forced hold, never a lost one, and the timeout does not look too short (issue 21)."""
+    manager = get_lock_manager()
+    renewed = lock("forced", timeout=0.3)
+    assert renewed.acquire()
+    assert manager.release("forced")
+    wait_until(lambda: renewed.lost)  # the watchdog's renewal found it gone
+    with pytest.raises(LockNotOwned):
+        renewed.release()
+    held = lock("forced", auto_renew=False)
+    assert held.acquire()
+    assert manager.clear("forced") == 1
+    with pytest.raises(LockNotOwned):
+        held.release()  # the holder's release found it gone
+    stats = manager.get_stats("forced")
+    assert stats is not None
+    assert (stats.lost, stats.forced) == (0, 2)
+    assert stats.warnings == ()
+    out = StringIO()
+    call_command("locks", "stats", "--json", stdout=out)
+    (found,) = json.loads(out.getvalue())
+    assert (found["lost"], found["forced"]) == (0, 2)
 
 
 def test_statistics_expire_a_week_after_the_last_use(redis_client: redis.Redis) -> None:
