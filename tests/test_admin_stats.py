@@ -287,5 +287,5 @@ def test_holds_released_by_an_operator_are_shown_apart(
     record_stats(redis_client, "operated", [50] * 30, forced=2, timeout=10)
     page = admin_client.get(STATS).content.decode()
     assert "+2 released by an operator" in page
-    assert "too short?" not in page  # the "– !": forced holds flag nothing
+    assert "too short?" not in page  # forced holds flag nothing (no "- !")
     assert 'class="flag"' not in page
