@@ -1,4 +1,5 @@
-"""Operating locks at scale: `manage.py locks list --json` and the admin's first page.
+"""Operating locks at scale: `manage.py locks list --json`, the admin's first page, and the
+statistics page.
 
     python3 dev.py bench listing [--locks 100000] [--repeats 3]
 
@@ -8,7 +9,10 @@ setup is quick), then measures, medians over the repeats:
 - `manage.py locks list --json` as a subprocess: wall time and peak memory (max RSS), at N and
   at N/10 (memory must not grow with the number of locks);
 - the admin changelist's first page through Django's test client, logged in as a superuser
-  (in-memory SQLite), at N locks.
+  (in-memory SQLite), at N locks;
+- the admin's statistics page, sorted by busy answers, as a subprocess (its wall time includes
+  Django's start, measured alone too) at N and N/10 lock names with statistics: its time and
+  memory must not grow past the names it reads at most (admin.STATS_READ_LIMIT).
 
 Targets (DESIGN.md section 5): list under 3 s, admin first page under 0.5 s, at 100,000 locks.
 """
@@ -76,6 +80,54 @@ def time_admin_first_page(repeats: int) -> float:
     return statistics.median(times[1:])
 
 
+def record_stats(count: int, start: int = 0) -> None:
+    """Statistics for ``count`` names stats:<i>, as their releases would have recorded them."""
+    from django_redis_lock.runtime import runtime
+
+    backend = runtime().backend()
+    for first in range(start, start + count, SETUP_BATCH):
+        pipe = backend.client.pipeline(transaction=False)
+        for i in range(first, min(first + SETUP_BATCH, start + count)):
+            stats = backend.keys_for(f"stats:{i:07}").stats
+            pipe.hset(stats, mapping={"n": 3, "h5": 2, "h7": 1, "m": 40, "t": 30000, "b": i % 7})
+        pipe.execute()
+
+
+STATS_PAGE = """
+import resource
+import time
+import django
+django.setup()
+from django.contrib.auth.models import User
+from django.core.management import call_command
+from django.test import Client
+call_command("migrate", verbosity=0)
+client = Client()
+client.force_login(User.objects.create_superuser("bench", password="bench"))
+started = time.perf_counter()
+if PAGE:
+    response = client.get("/admin/django_redis_lock/lock/stats/", {"sort": "busy"})
+    assert response.status_code == 200, response.status_code
+print(time.perf_counter() - started, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+
+
+def time_stats_page(env: dict[str, str], page: bool = True) -> tuple[float, float]:
+    """The statistics page rendered once in a new process: (seconds of the page itself,
+    peak RSS in MiB of that process); without ``page``, the process alone."""
+    script = STATS_PAGE.replace("PAGE", str(page))
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    )
+    seconds, peak = done.stdout.split()
+    return float(seconds), int(peak) / 1024
+
+
 def measure(locks: int, repeats: int) -> list[str]:
     """The listing and admin figures at ``locks`` held locks, on a Redis of their own."""
     server = RedisServer(binary=find_redis_server()).start()
@@ -102,6 +154,11 @@ def measure(locks: int, repeats: int) -> list[str]:
             take_locks(locks - small, start=small)
             big_runs = [time_list(env) for _ in range(repeats)]
             admin = time_admin_first_page(repeats)
+            _, bare = time_stats_page(env, page=False)
+            record_stats(small)
+            small_stats = [time_stats_page(env) for _ in range(repeats)]
+            record_stats(locks - small, start=small)
+            big_stats = [time_stats_page(env) for _ in range(repeats)]
     finally:
         server.stop()
     rows = []
@@ -112,6 +169,13 @@ def measure(locks: int, repeats: int) -> list[str]:
             f"``locks list --json``, {count:,} locks: {seconds:.2f} s, max RSS {memory:.0f} MiB"
         )
     rows.append(f"admin first page, {locks:,} locks: {admin * 1000:.0f} ms")
+    for count, runs in ((small, small_stats), (locks, big_stats)):
+        seconds = statistics.median(run[0] for run in runs)
+        memory = max(run[1] for run in runs)
+        rows.append(
+            f"admin statistics page, {count:,} names: {seconds:.2f} s, max RSS {memory:.0f} MiB "
+            f"(the process without the page: {bare:.0f} MiB)"
+        )
     return rows
 
 

@@ -31,6 +31,7 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 
 from django_redis_lock import charts
+from django_redis_lock.charts import CONTENDED_TOP
 from django_redis_lock.display import safe_text
 from django_redis_lock.exceptions import LockUnavailable
 from django_redis_lock.manager import (
@@ -47,7 +48,7 @@ from django_redis_lock.stats import (
     SORT_KEYS,
     LockStats,
     duration,
-    sort_key,
+    summarize,
 )
 from django_redis_lock.validation import MAX_PATTERN_LENGTH, shorten
 
@@ -112,8 +113,11 @@ def search_pattern(query: str) -> str:
 
 
 #: The statistics page shows this many lock names at most (its chart of the most contended
-#: names counts them all).
+#: names, and its counts, cover every name it read).
 STATS_ROWS_LIMIT = 200
+#: The statistics page reads this many names at most: past it, it says so and asks for a
+#: narrower search, so that a view's time stays bounded however many names there are.
+STATS_READ_LIMIT = 20_000
 # The numbers the statistics table shows of each name.
 _STATS_NUMBERS = (*(key for key in SORT_KEYS if key != "name"), "suggested_timeout")
 
@@ -263,21 +267,25 @@ class LockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # not subscriptabl
             error = f"Cannot sort by '{_shown(sort, 40)}': sort by one of {', '.join(SORT_KEYS)}."
             return self._render(request, "stats", context, error=error, status=400)
         try:
-            found = self.manager().stats(search_pattern(query) if query else "*")
+            found = summarize(
+                self.manager().iter_stats(search_pattern(query) if query else "*"),
+                sort,
+                rows=STATS_ROWS_LIMIT,
+                contended=CONTENDED_TOP,
+                read_at_most=STATS_READ_LIMIT,
+            )
         except ValueError as exc:
             return self._render(request, "stats", context, error=safe_text(str(exc)), status=400)
         except LockUnavailable as exc:
             return self._render(request, "stats", context, error=str(exc), status=503)
         except ImproperlyConfigured as exc:  # a KEY_FUNCTION that hides names (W002)
             return self._render(request, "stats", context, error=_unlistable(exc))
-        ordered = sorted(found, key=sort_key(sort))
         context.update(
-            rows=[
-                self._stats_row(stats, at) for at, stats in enumerate(ordered[:STATS_ROWS_LIMIT])
-            ],
-            total=len(found),
-            flagged=sum(1 for stats in found if stats.warnings),
-            contention=charts.contention(found, _shown),
+            rows=[self._stats_row(stats, at) for at, stats in enumerate(found.rows)],
+            total=found.read,
+            complete=found.complete,
+            flagged=found.flagged,
+            contention=charts.contention(found.contended, _shown),
             limit=STATS_ROWS_LIMIT,
         )
         return self._render(request, "stats", context)

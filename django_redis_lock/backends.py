@@ -294,6 +294,11 @@ class LockBackend:
         """READ of ``keys`` (lock keys, any number) in one round trip: six values per key."""
         return scripts.decode_read(self.run("read", keys, ()))
 
+    def read_stats(self, keys: Sequence[str | bytes]) -> list[list[Any]]:
+        """The statistics hashes of ``keys`` (any number) in one round trip: a flat list of
+        fields and values per key (empty: none there)."""
+        return flat_lists(scripts.decode_read(self.run("stats_read_many", keys, ())))
+
     def check_async(self) -> None:
         """ImproperlyConfigured when an asyncio client cannot do what the cache's client does
         (without connecting)."""
@@ -401,6 +406,11 @@ def backend_for(alias: str) -> LockBackend:
 
         return ClusterLockBackend(alias, cache, client)
     return LockBackend(alias, cache, client)
+
+
+def flat_lists(found: list[Any]) -> list[list[Any]]:
+    """STATS_READ_MANY's arrays, an empty one (which cjson writes as {}) as []."""
+    return [each if isinstance(each, list) else [] for each in found]
 
 
 async def _apipelined(client: Client, commands: Sequence[tuple[Any, ...]]) -> list[Any]:

@@ -82,8 +82,8 @@ def histogram(
 
 
 def contention(found: Sequence[LockStats], shown: Callable[..., str]) -> dict[str, Any] | None:
-    """What the template draws of the most contended names (by busy answers), or None when no
-    acquire found its lock held."""
+    """What the template draws of the most contended names (by busy answers) among ``found``,
+    or None when no acquire found its lock held."""
     top = sorted((s for s in found if s.busy), key=lambda s: (-s.busy, s.name))[:CONTENDED_TOP]
     if not top:
         return None

@@ -28,7 +28,7 @@ from django.core.cache import BaseCache
 from django.core.exceptions import ImproperlyConfigured
 
 from django_redis_lock import errors, scripts
-from django_redis_lock.backends import LockBackend, connection_of
+from django_redis_lock.backends import LockBackend, connection_of, flat_lists
 from django_redis_lock.clients import (
     Client,
     library_class,
@@ -36,6 +36,7 @@ from django_redis_lock.clients import (
     portable_options,
     refuse_async,
 )
+from django_redis_lock.steps import ScriptName
 
 # The number of hash slots of a cluster.
 _SLOTS = 16384
@@ -66,20 +67,28 @@ class ClusterLockBackend(LockBackend):
     def read(self, keys: Sequence[str | bytes]) -> list[Any]:
         """READ of ``keys``, one key per command (keys of other slots cannot share a script),
         pipelined: the cluster client sends each node its own in one round trip."""
+        return [value for reply in self._each("read", keys) for value in reply]
+
+    def read_stats(self, keys: Sequence[str | bytes]) -> list[list[Any]]:
+        """:meth:`LockBackend.read_stats`, one key per command, as :meth:`read`."""
+        return flat_lists([each for reply in self._each("stats_read_many", keys) for each in reply])
+
+    def _each(self, script: ScriptName, keys: Sequence[str | bytes]) -> list[list[Any]]:
+        """The decoded JSON reply of ``script`` run on each key alone, pipelined."""
         for attempt in range(2):
             pipe = self.client.pipeline(transaction=False)
             for key in keys:
-                self.queue(pipe, "read", [key], ())
+                self.queue(pipe, script, [key], ())
             replies = pipe.execute(raise_on_error=False)
             if attempt or not any(isinstance(reply, errors.NO_SCRIPT) for reply in replies):
                 break
-            self.load("read")  # a promoted replica, or a restarted node, lost the script
-        values: list[Any] = []
+            self.load(script)  # a promoted replica, or a restarted node, lost the script
+        decoded: list[list[Any]] = []
         for reply in replies:
             if isinstance(reply, Exception):
                 raise reply
-            values += scripts.decode_read(reply)
-        return values
+            decoded.append(scripts.decode_read(reply))
+        return decoded
 
     def check_async(self) -> None:
         _async_cluster_options(self.client)

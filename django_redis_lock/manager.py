@@ -328,19 +328,25 @@ class LockManager:
     def stats(self, pattern: str = "*") -> StatsList:
         """The statistics of the lock names matching ``pattern`` that have any (see
         ``stats.py``), sorted by name; read with SCAN, a batch of names per round trip."""
+        return sorted(self.iter_stats(pattern), key=lambda stats: stats.name)
+
+    def iter_stats(self, pattern: str = "*") -> Iterator[LockStats]:
+        """:meth:`stats` as they are read, in no order: memory stays flat however many names
+        there are (see ``stats.summarize``, which the admin's statistics page reads them by)."""
         match = self._backend.scan_pattern(validate_pattern(pattern), kind="s")
-        found: StatsList = []
+        return self._stats_read(match)
+
+    def _stats_read(self, match: str) -> Iterator[LockStats]:
         with redis_errors("Could not read lock statistics"), self._refreshing():
             for client in self._backend.primaries():
                 batch: KeyBatch = []
                 for key in client.scan_iter(match=match, count=BATCH_SIZE):
                     batch.append(key)
                     if len(batch) == BATCH_SIZE:
-                        found.extend(self._read_stats(client, batch))
+                        yield from self._read_stats(batch)
                         batch = []
                 if batch:
-                    found.extend(self._read_stats(client, batch))
-        return sorted(found, key=lambda stats: stats.name)
+                    yield from self._read_stats(batch)
 
     def get_stats(self, name: str) -> LockStats | None:
         """The statistics of the lock named exactly ``name``, or None when it has none."""
@@ -349,16 +355,11 @@ class LockManager:
             flat = self._backend.run("stats_read", (key,), ())
         return parse_stats(name, flat)
 
-    def _read_stats(self, client: Any, keys: KeyBatch) -> StatsList:
-        pipe = client.pipeline(transaction=False)
-        for key in keys:
-            pipe.hgetall(key)
+    def _read_stats(self, keys: KeyBatch) -> StatsList:
         found: StatsList = []
-        for key, fields in zip(keys, pipe.execute(raise_on_error=False), strict=True):
+        for key, flat in zip(keys, self._backend.read_stats(keys), strict=True):
             name = self._name_of(key)
-            if name is None or not isinstance(fields, dict):  # not ours, or not a hash
-                continue
-            stats = parse_stats(name, [part for pair in fields.items() for part in pair])
+            stats = None if name is None else parse_stats(name, flat)  # None: not ours
             if stats is not None:
                 found.append(stats)
         return found
@@ -522,6 +523,10 @@ class QuorumLockManager(LockManager):
                 progress(released, 0)
         _warn_skipped(skipped)
         return released
+
+    def iter_stats(self, pattern: str = "*") -> Iterator[LockStats]:
+        """:meth:`stats`: a quorum's names are read from every primary before one is known."""
+        return iter(self.stats(pattern))
 
     def stats(self, pattern: str = "*") -> StatsList:
         """Each primary records the holds it granted: per name, the statistics a majority of

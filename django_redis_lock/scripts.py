@@ -46,8 +46,23 @@ from typing import Any
 #: name is bounded by these: two histograms and five counters.
 _DECADES = (step * 10**decade for decade in range(7) for step in (1, 2, 3, 5, 7))
 BOUNDS_MS: tuple[int, ...] = (*(bound for bound in _DECADES if bound < 3_600_000), 3_600_000)
-#: How long the statistics of a name live after its last recorded use (seven days).
+#: How long the statistics of a name live after its last recorded use (seven days)...
 STATS_TTL_MS = 7 * 24 * 3600 * 1000
+#: ...once it recorded a second hold; before, a day and an hour: long enough for a daily job to
+#: come back, short for the many names used once (one per URL or user, say).
+FIRST_STATS_TTL_MS = 25 * 3600 * 1000
+
+
+def _counted(stats: str, field: str, indent: str) -> str:
+    """Lua that counts one more of ``field`` in the statistics hash ``stats`` (both Lua
+    expressions) and keeps the hash for as long as its holds recorded say (see above)."""
+    lines = (
+        f"redis.call('HINCRBY', {stats}, {field}, 1)",
+        f"local recorded = tonumber(redis.call('HGET', {stats}, 'n') or '') or 0",
+        f"redis.call('PEXPIRE', {stats}, recorded > 1 and {STATS_TTL_MS} or {FIRST_STATS_TTL_MS})",
+    )
+    return "\n".join(indent + line for line in lines)
+
 
 # Recording into a lock's statistics hash (KEYS[4] of the scripts that record): ``n``
 # acquisitions recorded at their release, ``b`` busy answers (an acquire's first), ``l`` lost
@@ -59,7 +74,7 @@ _STATS = (
     "local BOUNDS = {"
     + ", ".join(str(bound) for bound in BOUNDS_MS)
     + "}\n"
-    + f"local STATS_TTL_MS = {STATS_TTL_MS}\n"
+    + f"local STATS_TTL_MS, FIRST_STATS_TTL_MS = {STATS_TTL_MS}, {FIRST_STATS_TTL_MS}\n"
     + """
 local function bucket(ms)  -- the histogram bucket of a value: the first bound above it
   if ms < 1 then return 0 end
@@ -72,8 +87,9 @@ local function bucket(ms)  -- the histogram bucket of a value: the first bound a
 end
 
 local function count(stats, field)
-  redis.call('HINCRBY', stats, field, 1)
-  redis.call('PEXPIRE', stats, STATS_TTL_MS)
+"""
+    + _counted("stats", "field", "  ")
+    + """
 end
 
 -- A hold its holder found gone: ``f`` (forced) when an operator released it, else ``l`` (lost).
@@ -85,7 +101,7 @@ end
 -- is ttl_ms. Waits under a millisecond (bucket 0, most of them) are not written: they are
 -- the holds recorded less the other waits.
 local function record(stats, hold_ms, wait_ms, ttl_ms)
-  redis.call('HINCRBY', stats, 'n', 1)
+  local recorded = redis.call('HINCRBY', stats, 'n', 1)
   redis.call('HINCRBY', stats, 'h' .. bucket(hold_ms), 1)
   if wait_ms >= 1 then redis.call('HINCRBY', stats, 'w' .. bucket(wait_ms), 1) end
   local seen = redis.call('HMGET', stats, 'm', 't')
@@ -95,7 +111,7 @@ local function record(stats, hold_ms, wait_ms, ttl_ms)
   if hold_ms > longest or tonumber(seen[2] or '') ~= ttl_ms then
     redis.call('HSET', stats, 'm', string.format('%d', math.max(hold_ms, longest)), 't', ttl_ms)
   end
-  redis.call('PEXPIRE', stats, STATS_TTL_MS)
+  redis.call('PEXPIRE', stats, recorded > 1 and STATS_TTL_MS or FIRST_STATS_TTL_MS)
 end
 
 -- After a release by its holder: record the hold (from its start, ``a``), if asked to
@@ -367,10 +383,9 @@ local held = redis.call('HMGET', KEYS[1], 's', 'f')
 if held[1] ~= ARGV[1] then
   if ARGV[4] == '1' and ARGV[3] ~= 'check' and KEYS[2] then
     pcall(function()  -- gone: forced by an operator ('f'), else lost ('l')
-      redis.call('HINCRBY', KEYS[2], held[2] == ARGV[1] and 'f' or 'l', 1)
-      redis.call('PEXPIRE', KEYS[2], """
-    + str(STATS_TTL_MS)
-    + """)
+"""
+    + _counted("KEYS[2]", "held[2] == ARGV[1] and 'f' or 'l'", "      ")
+    + """
     end)
   end
   return 0
@@ -454,8 +469,7 @@ end
 local left = redis.call('PTTL', lock)
 if ARGV[9] == '1' then
   pcall(function()
-    redis.call('HINCRBY', KEYS[4], 'b', 1)
-    redis.call('PEXPIRE', KEYS[4], {STATS_TTL_MS})
+{_counted("KEYS[4]", "'b'", "    ")}
   end)
 end
 local t = redis.call('TIME')
@@ -566,6 +580,18 @@ if ok then return found end
 return {}
 """
 
+# KEYS: stats keys (any number; for listing)
+# Returns one JSON array with a flat array of fields and values per key (an empty one, which
+# cjson writes as {}, for none or not a hash): one string to parse beats a reply per key.
+STATS_READ_MANY = """
+local out = {}
+for i, key in ipairs(KEYS) do
+  local ok, found = pcall(redis.call, 'HGETALL', key)
+  out[i] = ok and found or {}
+end
+return cjson.encode(out)
+"""
+
 
 def decode_read(raw: bytes | str) -> list[Any]:
     """READ's reply as a list, six values per key (bytes that are not UTF-8 replaced)."""
@@ -590,6 +616,7 @@ SOURCES = {
     "quorum_force": QUORUM_FORCE,
     "stats_count": STATS_COUNT,
     "stats_read": STATS_READ,
+    "stats_read_many": STATS_READ_MANY,
 }
 
 

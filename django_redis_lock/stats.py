@@ -3,9 +3,9 @@
 Each release records, in its own script (no extra round trip), how long the hold lasted (from
 the start time the lock already stores, by the Redis server's clock) and how long its acquire
 waited (measured by the acquiring process) into two histograms of a small hash per lock name,
-with counters of acquisitions, busy answers and lost holds (see ``scripts.BOUNDS_MS``). The
-hash expires a week after the name's last recorded use. ``REDIS_LOCK["STATS"] = False``
-records nothing.
+with counters of acquisitions, busy answers, lost and forced holds (see ``scripts.BOUNDS_MS``).
+The hash of a name used once expires a day and an hour later, of a name used again a week after
+its last recorded use. ``REDIS_LOCK["STATS"] = False`` records nothing.
 
 Percentiles are exact to the bucket: a p99 of 7 s means the 99th percentile hold fell in the
 bucket that ends at 7 s (over 5 s, up to 7 s). The suggested timeout is the classic advice: the
@@ -15,11 +15,13 @@ p99 hold, twice, plus a margin for the network, within :data:`MIN_SUGGESTED` and
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from django_redis_lock.scripts import BOUNDS_MS
@@ -109,6 +111,8 @@ _COUNTER = re.compile(r"[0-9]{1,18}")
 def _integer(value: object) -> int:
     """A counter as read back: anything that is not a non-negative integer reads as 0 (the
     hash may have been written by someone else)."""
+    if value is None:  # most buckets: not written
+        return 0
     text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
     if isinstance(text, str) and _COUNTER.fullmatch(text):
         return int(text)
@@ -138,23 +142,23 @@ class LockStats:
     #: then found gone: counted apart from ``lost``, never a sign of a short timeout.
     forced: int = 0
 
-    @property
+    @cached_property
     def hold_p50(self) -> float | None:
         return percentile(self.holds, 0.5, self.hold_max)
 
-    @property
+    @cached_property
     def hold_p99(self) -> float | None:
         return percentile(self.holds, 0.99, self.hold_max)
 
-    @property
+    @cached_property
     def wait_p50(self) -> float | None:
         return percentile(self.waits, 0.5, None)
 
-    @property
+    @cached_property
     def wait_p99(self) -> float | None:
         return percentile(self.waits, 0.99, None)
 
-    @property
+    @cached_property
     def suggested_timeout(self) -> float | None:
         """The p99 hold, twice, plus :data:`MARGIN`, within the bounds, rounded up to a tenth
         of a second; None before :data:`MIN_SAMPLES` holds are recorded."""
@@ -164,7 +168,7 @@ class LockStats:
         suggested = min(MAX_SUGGESTED, max(MIN_SUGGESTED, 2 * p99 + MARGIN))
         return math.ceil(suggested * 10) / 10
 
-    @property
+    @cached_property
     def warnings(self) -> tuple[str, ...]:
         """What looks wrong with the timeout: too short (holds near or past it, lost holds)
         or far too long (a crashed holder would block the others much longer than the work
@@ -229,24 +233,28 @@ def _histogram(counts: Sequence[int]) -> Iterable[tuple[str, int]]:
     return ((bucket_label(index), count) for index, count in enumerate(counts) if count)
 
 
+# The fields of the histograms' buckets, in bucket order.
+_HOLD_FIELDS = tuple(f"h{index}" for index in range(BUCKETS))
+_WAIT_FIELDS = tuple(f"w{index}" for index in range(1, BUCKETS))
+
+
 def parse(name: str, flat: Sequence[Any]) -> LockStats | None:
     """The LockStats of a statistics hash read as a flat list of fields and values (HGETALL);
     None when it has recorded nothing this library wrote."""
-    fields: dict[str, object] = {}
-    for at in range(0, len(flat) - 1, 2):
-        key = flat[at]
-        fields[key.decode("utf-8", "replace") if isinstance(key, bytes) else str(key)] = flat[
-            at + 1
-        ]
-    holds = tuple(_integer(fields.get(f"h{index}")) for index in range(BUCKETS))
-    acquisitions, busy, lost, forced = (_integer(fields.get(key)) for key in "nblf")
-    # Waits under a millisecond are not written: the holds recorded less the other waits.
-    longer = [_integer(fields.get(f"w{index}")) for index in range(1, BUCKETS)]
-    waits = (max(0, sum(holds) - sum(longer)), *longer)
+    fields: dict[str, object] = {
+        key.decode("utf-8", "replace") if isinstance(key, bytes) else str(key): value
+        for key, value in zip(flat[::2], flat[1::2], strict=False)
+    }
+    get = fields.get
+    acquisitions, busy, lost, forced = (_integer(get(key)) for key in "nblf")
     if not (acquisitions or busy or lost or forced):
         return None
-    longest = _integer(fields.get("m")) / 1000 if "m" in fields else None
-    timeout = _integer(fields.get("t")) / 1000 if "t" in fields else None
+    holds = tuple(_integer(get(key)) for key in _HOLD_FIELDS)
+    # Waits under a millisecond are not written: the holds recorded less the other waits.
+    longer = [_integer(get(key)) for key in _WAIT_FIELDS]
+    waits = (max(0, sum(holds) - sum(longer)), *longer)
+    longest = _integer(fields["m"]) / 1000 if "m" in fields else None
+    timeout = _integer(fields["t"]) / 1000 if "t" in fields else None
     return LockStats(
         name=name,
         acquisitions=acquisitions,
@@ -289,6 +297,56 @@ def sort_key(key: str) -> Any:
         return (value is None, -(value or 0), stats.name)
 
     return largest_first
+
+
+@dataclass
+class StatsSummary:
+    """What a view of many names' statistics shows, read in one pass with flat memory."""
+
+    #: The first names by the sort key (at most the view's rows).
+    rows: list[LockStats]
+    #: The most contended names (by busy answers), most first.
+    contended: list[LockStats]
+    #: How many names were read, and how many of them have a timeout that looks wrong.
+    read: int
+    flagged: int
+    #: Whether every matching name was read (False: the view read its most and stopped).
+    complete: bool
+
+
+def summarize(
+    found: Iterable[LockStats], sort: str, rows: int, contended: int, read_at_most: int
+) -> StatsSummary:
+    """The :class:`StatsSummary` of ``found``, reading at most ``read_at_most`` of them and
+    keeping only the ``rows`` first by ``sort`` and the ``contended`` most busy in memory."""
+    key = sort_key(sort)
+    first: list[tuple[Any, int, LockStats]] = []
+    busiest: list[tuple[tuple[int, str], int, LockStats]] = []
+    read = flagged = 0
+    complete = True
+    for at, stats in enumerate(found):
+        if at == read_at_most:
+            complete = False
+            break
+        read += 1
+        flagged += bool(stats.warnings)
+        _keep(first, (key(stats), at, stats), rows)
+        if stats.busy:
+            _keep(busiest, ((-stats.busy, stats.name), at, stats), contended)
+    return StatsSummary(
+        rows=[stats for *_, stats in first],
+        contended=[stats for *_, stats in busiest],
+        read=read,
+        flagged=flagged,
+        complete=complete,
+    )
+
+
+def _keep(kept: list[Any], entry: tuple[Any, int, LockStats], most: int) -> None:
+    """Insert ``entry`` into the sorted ``kept`` if it is among the ``most`` smallest."""
+    if len(kept) < most or entry[:2] < kept[-1][:2]:
+        bisect.insort(kept, entry, key=lambda each: each[:2])
+        del kept[most:]
 
 
 class RecentStats:

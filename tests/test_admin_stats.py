@@ -11,7 +11,7 @@ from django.urls import reverse
 from django.utils.html import escape
 
 from django_redis_lock import lock
-from django_redis_lock.admin import LIST_TEXT_LIMIT, STATS_ROWS_LIMIT
+from django_redis_lock.admin import LIST_TEXT_LIMIT, STATS_READ_LIMIT, STATS_ROWS_LIMIT
 from django_redis_lock.charts import CONTENDED_TOP
 from django_redis_lock.stats import BUCKETS, bucket_label, bucket_of
 from testproject.redis_server import RedisServerGroup
@@ -289,3 +289,16 @@ def test_holds_released_by_an_operator_are_shown_apart(
     assert "+2 released by an operator" in page
     assert "too short?" not in page  # forced holds flag nothing (no "- !")
     assert 'class="flag"' not in page
+
+
+def test_a_view_reads_a_bounded_number_of_names(
+    admin_client: Client, redis_client: redis.Redis
+) -> None:
+    """Past STATS_READ_LIMIT names the page stops reading and says so (issue 21)."""
+    pipe = redis_client.pipeline(transaction=False)
+    for i in range(STATS_READ_LIMIT + 50):
+        pipe.hset(keys(f"many:{i:05}").stats, mapping={"n": 1, "h3": 1, "b": i % 5})
+    pipe.execute()
+    page = admin_client.get(STATS, {"sort": "busy"}).content.decode()
+    assert f"The first {STATS_READ_LIMIT} lock names read, of more" in page
+    assert len(_names(page)) == STATS_ROWS_LIMIT

@@ -74,7 +74,8 @@ def test_no_key_stays_forever(redis_client: redis.Redis) -> None:
         with lock("gone"):
             pass
         wait_until(lambda: not redis_client.keys("*gone*"))
-    # The statistics of a name outlive its tombstone, and end a week after its last use.
+    # The statistics of a name outlive its tombstone, and end a day (used again: a week) after
+    # its last use.
     with override_settings(REDIS_LOCK={"TOMBSTONE_TIMEOUT": 0.05}):
         with lock("gone"):
             pass

@@ -14,7 +14,7 @@ from django.core.management import CommandError, call_command
 from django.test import override_settings
 
 from django_redis_lock import MAX_TIMEOUT, Lock, LockNotOwned, get_lock_manager, lock
-from django_redis_lock.scripts import BOUNDS_MS, STATS_TTL_MS
+from django_redis_lock.scripts import BOUNDS_MS, FIRST_STATS_TTL_MS, STATS_TTL_MS
 from django_redis_lock.stats import (
     BUCKETS,
     MIN_SAMPLES,
@@ -176,10 +176,24 @@ def test_holds_an_operator_released_are_counted_apart_and_flag_nothing(
     assert (found["lost"], found["forced"]) == (0, 2)
 
 
-def test_statistics_expire_a_week_after_the_last_use(redis_client: redis.Redis) -> None:
+def test_statistics_expire_a_week_after_the_last_use_of_a_name_used_again(
+    redis_client: redis.Redis,
+) -> None:
+    """A name used once keeps its statistics for a day and an hour (a daily job comes back in
+    time, the many names built from a user or a URL go soon); a name used again, for a week
+    after its last use (issue 21)."""
+    with lock("weekly"):
+        pass
+    ttl = redis_client.pttl(keys("weekly").stats)
+    assert FIRST_STATS_TTL_MS - 60_000 < ttl <= FIRST_STATS_TTL_MS
     with lock("weekly"):
         pass
     assert STATS_TTL_MS - 60_000 < redis_client.pttl(keys("weekly").stats) <= STATS_TTL_MS
+    busy = lock("busy-only")
+    assert busy.acquire()
+    assert not lock("busy-only").acquire(blocking=False)  # counted before any release
+    assert 0 < redis_client.pttl(keys("busy-only").stats) <= FIRST_STATS_TTL_MS
+    busy.release()
     assert redis_client.hlen(keys("weekly").stats) <= 2 * BUCKETS + 5
 
 
