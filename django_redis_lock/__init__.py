@@ -1,6 +1,10 @@
-"""Distributed locks for Django on the project's Redis cache."""
+"""Distributed locks for Django on the project's Redis cache.
 
-from django_redis_lock.decorators import locked
+The public names, re-exported; nothing else. ``django_redis_lock.signals``,
+``django_redis_lock.exceptions`` and ``django_redis_lock.display`` are public modules too.
+"""
+
+from django_redis_lock.core.lock import Lock
 from django_redis_lock.exceptions import (
     LockBusy,
     LockError,
@@ -8,14 +12,22 @@ from django_redis_lock.exceptions import (
     LockNotReplicated,
     LockUnavailable,
 )
-from django_redis_lock.lock import Lock
-from django_redis_lock.manager import LockInfo, LockManager, Released, get_lock_manager, lock
+from django_redis_lock.locked import locked
+from django_redis_lock.ops import get_lock_manager
+from django_redis_lock.ops.manager import LockManager
+from django_redis_lock.ops.records import Listing, LockInfo, LockPage, Released
+from django_redis_lock.stats import LockStats
 from django_redis_lock.validation import MAX_LABEL_LENGTH, MAX_NAME_LENGTH, MAX_TIMEOUT
+
+#: ``lock(name, *, timeout=None, blocking=True, blocking_timeout=None, auto_renew=None,
+#: reentrant=False, label=None, using=None)``: a Lock, not yet acquired (see :class:`Lock`).
+lock = Lock
 
 __all__ = [
     "MAX_LABEL_LENGTH",
     "MAX_NAME_LENGTH",
     "MAX_TIMEOUT",
+    "Listing",
     "Lock",
     "LockBusy",
     "LockError",
@@ -23,6 +35,8 @@ __all__ = [
     "LockManager",
     "LockNotOwned",
     "LockNotReplicated",
+    "LockPage",
+    "LockStats",
     "LockUnavailable",
     "Released",
     "get_lock_manager",

@@ -11,11 +11,9 @@ from django.core.checks import ERROR, CheckMessage, Error, Tags, Warning, regist
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
-from django_redis_lock.backends import LockBackend
-from django_redis_lock.clients import SHARDING_CLIENTS, SUPPORTED_CACHES, subclass_of
-from django_redis_lock.conf import DEFAULTS
-from django_redis_lock.exceptions import LockUnavailable
-from django_redis_lock.safety import (
+from django_redis_lock.backends.base import Backend
+from django_redis_lock.backends.clients import SHARDING_CLIENTS, SUPPORTED_CACHES, subclass_of
+from django_redis_lock.backends.servers import (
     EVICTION_HINT,
     WAIT_MARGIN,
     ServerFacts,
@@ -23,6 +21,8 @@ from django_redis_lock.safety import (
     probe,
     socket_timeout,
 )
+from django_redis_lock.conf import DEFAULTS
+from django_redis_lock.exceptions import LockUnavailable
 from django_redis_lock.validation import (
     handover_lease_ms,
     seconds_to_ms,
@@ -285,7 +285,7 @@ def _check_backend(alias: str) -> list[CheckMessage]:
     return warnings + _check_servers(backend)
 
 
-def _check_servers(backend: LockBackend) -> list[CheckMessage]:
+def _check_servers(backend: Backend) -> list[CheckMessage]:
     """What the servers that grant the alias's locks say of themselves (one probe each, with
     a short timeout): W008 for one that does not answer, W010 for one that may evict keys,
     and the replica checks (W005, W011) against the primary's connected replicas."""
@@ -314,7 +314,7 @@ def _unreachable(alias: str, error: str, address: str = "") -> CheckMessage:
     )
 
 
-def _check_replicas(backend: LockBackend, primary: ServerFacts | None) -> list[CheckMessage]:
+def _check_replicas(backend: Backend, primary: ServerFacts | None) -> list[CheckMessage]:
     """W006: Sentinel without WAIT_REPLICAS; with it, W005: more than the primary has connected
     (every acquire fails), W011: fewer (a partition can leave that many with the old primary,
     which then goes on granting); W012: a socket timeout that WAIT_TIMEOUT leaves no margin."""
@@ -360,7 +360,7 @@ def _check_replicas(backend: LockBackend, primary: ServerFacts | None) -> list[C
     return messages
 
 
-def _check_wait_timeout(backend: LockBackend) -> list[CheckMessage]:
+def _check_wait_timeout(backend: Backend) -> list[CheckMessage]:
     """W012: with WAIT_REPLICAS, a socket timeout that does not outlast WAIT_TIMEOUT by
     WAIT_MARGIN: a WAIT that takes its time (a failover, a slow replica) times out the call."""
     wait = backend.wait_timeout_ms / 1000

@@ -51,13 +51,16 @@ class LockSettings:
     error naming the setting), and the system checks report them at startup.
     """
 
+    # What was read of the setting, and the checked values derived from it (None: not yet).
+    _configured: dict[str, Any] | None
+    _tombstone_ms: int | None
+    _handover_lease_ms: int | None
+    _timeout_ms: int | None
+    _auto_renew: bool | None
+    _stats: str | None
+
     def __init__(self) -> None:
-        self._configured: dict[str, Any] | None = None
-        self._tombstone_ms: int | None = None
-        self._handover_lease_ms: int | None = None
-        self._timeout_ms: int | None = None
-        self._auto_renew: bool | None = None
-        self._stats: str | None = None
+        self.forget()
 
     def forget(self) -> None:
         """Read ``settings.REDIS_LOCK`` again on next use."""

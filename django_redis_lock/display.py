@@ -53,3 +53,8 @@ def safe_json(value: Any, **options: Any) -> str:
         return text
     # JSON escapes the newlines inside strings itself: a raw one is indentation.
     return "".join(_json_escape(c) if c != "\n" and _hidden(c) else c for c in text)
+
+
+def counted(count: int, noun: str) -> str:
+    """``count`` and ``noun``, plural unless it is one: "1 lock", "3 locks"."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from django_redis_lock.display import counted
 from django_redis_lock.scripts import BOUNDS_MS
 
 #: Holds recorded before a name gets a suggested timeout (and ``timeout="auto"`` uses it).
@@ -108,7 +109,7 @@ def percentile(counts: Sequence[int], fraction: float, largest: float | None) ->
 _COUNTER = re.compile(r"[0-9]{1,18}")
 
 
-def _integer(value: object) -> int:
+def _counter(value: object) -> int:
     """A counter as read back: anything that is not a non-negative integer reads as 0 (the
     hash may have been written by someone else)."""
     if value is None:  # most buckets: not written
@@ -176,8 +177,7 @@ class LockStats:
         found = []
         if self.lost:
             found.append(
-                f"too short? {self.lost} hold{'s' if self.lost != 1 else ''} lost "
-                "(expired before their release)"
+                f"too short? {counted(self.lost, 'hold')} lost (expired before their release)"
             )
         timeout, longest = self.timeout, self.hold_max
         if timeout and longest is not None and longest >= NEAR_TIMEOUT * timeout:
@@ -246,15 +246,15 @@ def parse(name: str, flat: Sequence[Any]) -> LockStats | None:
         for key, value in zip(flat[::2], flat[1::2], strict=False)
     }
     get = fields.get
-    acquisitions, busy, lost, forced = (_integer(get(key)) for key in "nblf")
+    acquisitions, busy, lost, forced = (_counter(get(key)) for key in "nblf")
     if not (acquisitions or busy or lost or forced):
         return None
-    holds = tuple(_integer(get(key)) for key in _HOLD_FIELDS)
+    holds = tuple(_counter(get(key)) for key in _HOLD_FIELDS)
     # Waits under a millisecond are not written: the holds recorded less the other waits.
-    longer = [_integer(get(key)) for key in _WAIT_FIELDS]
+    longer = [_counter(get(key)) for key in _WAIT_FIELDS]
     waits = (max(0, sum(holds) - sum(longer)), *longer)
-    longest = _integer(fields["m"]) / 1000 if "m" in fields else None
-    timeout = _integer(fields["t"]) / 1000 if "t" in fields else None
+    longest = _counter(fields["m"]) / 1000 if "m" in fields else None
+    timeout = _counter(fields["t"]) / 1000 if "t" in fields else None
     return LockStats(
         name=name,
         acquisitions=acquisitions,

@@ -25,7 +25,7 @@ from django.test import Client
 from django.test.utils import override_settings
 
 from django_redis_lock import Lock, lock
-from django_redis_lock.backends import LockKeys
+from django_redis_lock.backends.base import LockKeys
 from django_redis_lock.runtime import runtime
 from django_redis_lock.stats import bucket_of
 from testproject.settings import build_caches

@@ -18,11 +18,13 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from django_redis_lock.display import safe_json, safe_text
-from django_redis_lock.doctor import ERROR, OK, WARNING, diagnose
+from django_redis_lock.display import counted, safe_json, safe_text
 from django_redis_lock.exceptions import LockUnavailable
-from django_redis_lock.manager import LockInfo, LockManager, get_lock_manager
-from django_redis_lock.stats import SORT_KEYS, LockStats, sort_key
+from django_redis_lock.ops import get_lock_manager
+from django_redis_lock.ops.doctor import ERROR, OK, WARNING, diagnose
+from django_redis_lock.ops.manager import LockManager
+from django_redis_lock.ops.records import LockInfo
+from django_redis_lock.stats import SORT_KEYS, LockStats, duration, sort_key
 
 # Rows whose widths set the table's columns; longer cells later are cut.
 _WIDTH_SAMPLE = 500
@@ -94,9 +96,7 @@ _STATS_COLUMNS = (
 
 
 def _seconds(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value * 1000:g}ms" if value < 1 else f"{value:.3g}s"
+    return "-" if value is None else duration(value)
 
 
 def _stats_cells(stats: LockStats) -> tuple[str, ...]:
@@ -133,10 +133,6 @@ def _line(cells: Iterable[str], widths: list[int]) -> str:
         for cell, width in zip(cells, widths, strict=True)
     )
     return "  ".join(padded).rstrip()
-
-
-def _plural(count: int, noun: str) -> str:
-    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def _quoted(name: str) -> str:
@@ -257,7 +253,7 @@ class Command(BaseCommand):
                 self.stdout.write(
                     f"would release {safe_text(info.name)}  ({safe_text(info.owner)})"
                 )
-            self.stdout.write(f"{count} lock{'s' if count != 1 else ''} would be released.")
+            self.stdout.write(f"{counted(count, 'lock')} would be released.")
             return
         total = None if options["yes"] else self._confirm(manager, pattern)
         if total == 0:
@@ -276,7 +272,7 @@ class Command(BaseCommand):
         released = manager.clear(pattern, progress=progress)
         if self._on_terminal() and released:
             self.stdout.write("")
-        text = f"Released {released} lock{'s' if released != 1 else ''}"
+        text = f"Released {counted(released, 'lock')}"
         if handed_over:
             text += f" ({handed_over} taken over at once by waiting clients)"
         self.stdout.write(self.style.SUCCESS(text + "."))
@@ -290,7 +286,7 @@ class Command(BaseCommand):
             return 0
         try:
             answer = input(
-                f"Force-release {count} lock{'s' if count != 1 else ''} matching "
+                f"Force-release {counted(count, 'lock')} matching "
                 f"{_quoted(pattern)}? Their holders lose them. [y/N] "
             )
         except (EOFError, KeyboardInterrupt):
@@ -324,7 +320,7 @@ class Command(BaseCommand):
             for warning in stats.warnings:
                 self.stdout.write(self.style.WARNING(f"{_quoted(stats.name)}: {warning}"))
         self.stdout.write(
-            f"{len(found)} lock name{'s' if len(found) != 1 else ''}; times are the upper bounds "
+            f"{counted(len(found), 'lock name')}; times are the upper bounds "
             "of their histogram buckets (or the longest hold, when shorter); suggested timeout: "
             "p99 hold x 2 + 1 s."
         )
@@ -345,12 +341,12 @@ class Command(BaseCommand):
                 level: sum(f.level == level for f in findings) for level in (OK, WARNING, ERROR)
             }
             self.stdout.write(
-                f"{len(findings)} items: {counts[OK]} ok, {_plural(counts[WARNING], 'warning')}, "
-                f"{_plural(counts[ERROR], 'error')}."
+                f"{len(findings)} items: {counts[OK]} ok, {counted(counts[WARNING], 'warning')}, "
+                f"{counted(counts[ERROR], 'error')}."
             )
         errors = sum(finding.level == ERROR for finding in findings)
         if errors:
-            raise CommandError(f"The doctor found {_plural(errors, 'error')}.", returncode=1)
+            raise CommandError(f"The doctor found {counted(errors, 'error')}.", returncode=1)
 
     def _held(self, manager: LockManager, name: str) -> LockInfo:
         info = manager.get(name)
@@ -395,4 +391,4 @@ class Command(BaseCommand):
         for row in itertools.chain(sample, (_cells(info) for info in locks)):
             count += 1
             self.stdout.write(_line(row, widths))
-        self.stdout.write(f"{count} held lock{'s' if count != 1 else ''}.")
+        self.stdout.write(f"{counted(count, 'held lock')}.")

@@ -1,0 +1,171 @@
+"""What every backend has and does: the keys of a lock, the scripts as they are run, and the
+interface the lock core, the runtime and the watchdog rely on (:class:`Backend`).
+
+A backend is where the locks of a cache alias (or of a quorum of aliases) reach Redis: one
+server or a Sentinel primary (``single.py``), a Redis Cluster (``cluster.py``), or a quorum of
+independent primaries (``quorum.py``). ``backends/__init__.py`` picks the one a setting asks for.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from django_redis_lock.backends import errors
+from django_redis_lock.backends.clients import Client
+from django_redis_lock.scripts import ScriptName
+
+# Marks where a lock name sits in a key built by the cache's key function.
+_NAME_MARK = "\x00name\x00"
+# Hex digits of the per-name hash tag: 48 bits keep collisions (harmless) rare.
+_TAG_LENGTH = 12
+# Length of "{<tag>}:l:", the text between the namespace and the name in a lock key.
+_TAG_FRAME = _TAG_LENGTH + 5
+
+
+@dataclass(frozen=True)
+class LockKeys:
+    """The Redis keys of one lock; they share a Cluster hash tag so one script can use all."""
+
+    lock: str
+    queue: str
+    waiters: str
+    #: The hold and wait statistics of the lock (see ``stats.py``).
+    stats: str
+    #: The keys in the order every script takes them.
+    all: tuple[str, str, str, str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "all", (self.lock, self.queue, self.waiters, self.stats))
+
+
+class LuaScript:
+    """A Lua script of the lock, run with EVALSHA (with EVAL, which also loads it, when the
+    server lost its scripts: a restart, a failover, SCRIPT FLUSH), on a sync or async client.
+
+    The call goes straight to the client's ``execute_command``, so its retries and connection
+    handling apply; redis-py's ``Script`` adds layers per call that cost about a tenth of an
+    uncontended acquire and release.
+    """
+
+    __slots__ = ("sha", "source")
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.sha = hashlib.sha1(source.encode()).hexdigest()
+
+    def run(self, client: Client, keys: Sequence[str | bytes], args: Sequence[Any]) -> Any:
+        """Run it on a sync client; its reply."""
+        try:
+            return client.execute_command("EVALSHA", self.sha, len(keys), *keys, *args)
+        except errors.NO_SCRIPT:
+            return client.execute_command("EVAL", self.source, len(keys), *keys, *args)
+
+    async def arun(self, client: Client, keys: Sequence[str | bytes], args: Sequence[Any]) -> Any:
+        """Run it on an asyncio client; its reply."""
+        command = ("EVALSHA", self.sha, len(keys), *keys, *args)
+        try:
+            return await client.execute_command(*command)
+        except errors.NO_SCRIPT:
+            return await client.execute_command("EVAL", self.source, *command[2:])
+
+
+class Backend(Protocol):
+    """What the lock core, the runtime, the watchdog and the system checks rely on of a
+    backend, whatever its topology."""
+
+    #: The cache alias (a quorum's: its aliases, joined).
+    alias: str
+    #: The lease a lock handed to a waiter starts with (REDIS_LOCK["HANDOVER_LEASE"]), in ms.
+    handover_lease_ms: int
+    #: Replicas that must acknowledge a grant, and how long they may take (ms).
+    wait_replicas: int
+    wait_timeout_ms: int
+    #: Whether the primary is found through Sentinel, and so may move.
+    sentinel: bool
+    #: Whether waiters queue on the server, first come first served (a quorum's retry instead).
+    queues: bool
+
+    @property
+    def listable(self) -> bool:
+        """Whether lock names can be read back from keys (a hashing KEY_FUNCTION hides them)."""
+        ...
+
+    def keys_for(self, name: str) -> LockKeys:
+        """The Redis keys of the lock ``name`` (cached)."""
+        ...
+
+    def parts(self, keys: LockKeys, script: ScriptName) -> list[tuple[Backend, LockKeys, str]]:
+        """Where a call of ``script`` on ``keys`` goes, as (one-server backend, keys, script)."""
+        ...
+
+    def listens_on(self) -> Sequence[Backend]:
+        """The one-server backends on whose channels the grants of this backend's locks arrive."""
+        ...
+
+    def run(self, script: ScriptName, keys: Sequence[str | bytes], args: Sequence[Any]) -> Any:
+        """Run one of the lock's scripts; its reply."""
+        ...
+
+    async def arun(
+        self, script: ScriptName, keys: Sequence[str | bytes], args: Sequence[Any]
+    ) -> Any:
+        """:meth:`run` on the running event loop."""
+        ...
+
+    def run_acked(
+        self, script: ScriptName, keys: Sequence[str | bytes], args: Sequence[Any]
+    ) -> Any:
+        """:meth:`run`, acknowledged by ``wait_replicas`` replicas."""
+        ...
+
+    async def arun_acked(
+        self, script: ScriptName, keys: Sequence[str | bytes], args: Sequence[Any]
+    ) -> Any:
+        """:meth:`run_acked` on the running event loop."""
+        ...
+
+    def servers(self) -> list[tuple[str, Any]]:
+        """The servers that grant its locks, as (cache alias, connection pool)."""
+        ...
+
+    def check_async(self) -> None:
+        """ImproperlyConfigured when async locks cannot do what sync ones do."""
+        ...
+
+    def close(self) -> None:
+        """Let go of what it holds: the settings changed."""
+        ...
+
+
+def connection_of(pool: Any, read_timeout: float) -> Any:
+    """A new connection configured like ``pool``'s, outside it, reading with ``read_timeout``."""
+    return pool.connection_class(**{**pool.connection_kwargs, "socket_timeout": read_timeout})
+
+
+def demoted(error: Exception) -> bool:
+    """Whether a Sentinel-managed connection failed because its server answered READONLY:
+    a primary demoted by a failover (the library hangs that connection up and raises this)."""
+    return isinstance(error.__context__, errors.READ_ONLY)
+
+
+def tag(name: str) -> str:
+    """The Redis Cluster hash tag of the keys of lock ``name``."""
+    return hashlib.blake2b(name.encode(), digest_size=_TAG_LENGTH // 2).hexdigest()
+
+
+def glob_escape(text: str) -> str:
+    """``text`` as a Redis glob pattern that matches only itself."""
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
+
+
+def flat_lists(found: list[Any]) -> list[list[Any]]:
+    """STATS_READ_MANY's arrays, an empty one (which cjson writes as {}) as []."""
+    return [each if isinstance(each, list) else [] for each in found]
+
+
+def text_of(reply: object) -> str:
+    """A reply of Redis as text: bytes that are not UTF-8 replaced, anything else as str."""
+    return reply.decode("utf-8", "replace") if isinstance(reply, bytes) else str(reply)

@@ -1,0 +1,190 @@
+"""Locks on a Redis Cluster (or Valkey cluster): django-valkey's ``ClusterValkeyCache``.
+
+The lock's scripts run there unchanged: every key of a lock carries the same hash tag, so a
+script's keys share a slot, and the cluster client sends it to the primary of that slot
+(following MOVED after a failover, and reloading a script a promoted replica does not know).
+What differs from one server:
+
+- listing reads every primary with SCAN, in slot order, and READs keys one per command (a
+  script's keys must share a slot), pipelined per node;
+- grants are PUBLISHed classically, which the cluster bus carries to every node, so the
+  listener subscribes on any one node and moves to another when that one fails;
+- the asyncio client is a cluster client of its own, built from the sync one's nodes and
+  options (django-valkey has none for a cluster);
+- ``WAIT`` cannot go in one pipeline with a script here (a cluster pipeline sends a keyless
+  command to a node of its choosing), so REDIS_LOCK["WAIT_REPLICAS"] is refused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import itertools
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from django.core.cache import BaseCache
+from django.core.exceptions import ImproperlyConfigured
+
+from django_redis_lock import scripts
+from django_redis_lock.backends import errors
+from django_redis_lock.backends.base import connection_of, flat_lists
+from django_redis_lock.backends.clients import (
+    Client,
+    library_class,
+    library_of,
+    portable_options,
+    refuse_async,
+)
+from django_redis_lock.backends.single import LockBackend
+from django_redis_lock.scripts import ScriptName
+
+# The number of hash slots of a cluster.
+_SLOTS = 16384
+# Options of the sync cluster client's connections that the asyncio cluster client sets by
+# itself, or that are sync-only plumbing: not the user's choices.
+_CLUSTER_PLUMBING = frozenset(
+    {"host", "port", "retry", "redis_connect_func", "valkey_connect_func", "connection_class"}
+)
+
+
+class ClusterLockBackend(LockBackend):
+    """A :class:`LockBackend` over a cluster client (valkey-py's ``ValkeyCluster``)."""
+
+    def __init__(self, alias: str, cache: BaseCache, client: Client) -> None:
+        super().__init__(alias, cache, client)
+        if self.wait_replicas:
+            raise ImproperlyConfigured(
+                f"REDIS_LOCK['WAIT_REPLICAS'] cannot be used with the cluster cache {alias!r}: "
+                "a cluster pipeline cannot send WAIT to the node that ran the lock's script. "
+                "Set it to 0 for cluster caches (see the README, Redis Cluster and Valkey)."
+            )
+        self._subscribe_at = itertools.count()
+        self._nodes_mutex = threading.Lock()
+        # The nodes known at the start: the client forgets nodes that failed, and would know
+        # none after an outage of the whole cluster.
+        self._seeds = [(node.host, node.port) for node in client.get_nodes()]
+
+    def read(self, keys: Sequence[str | bytes]) -> list[Any]:
+        """READ of ``keys``, one key per command (keys of other slots cannot share a script),
+        pipelined: the cluster client sends each node its own in one round trip."""
+        return [value for reply in self._each("read", keys) for value in reply]
+
+    def read_stats(self, keys: Sequence[str | bytes]) -> list[list[Any]]:
+        """:meth:`LockBackend.read_stats`, one key per command, as :meth:`read`."""
+        return flat_lists([each for reply in self._each("stats_read_many", keys) for each in reply])
+
+    def _each(self, script: ScriptName, keys: Sequence[str | bytes]) -> list[list[Any]]:
+        """The decoded JSON reply of ``script`` run on each key alone, pipelined."""
+        for attempt in range(2):
+            pipe = self.client.pipeline(transaction=False)
+            for key in keys:
+                self.queue(pipe, script, [key], ())
+            replies = pipe.execute(raise_on_error=False)
+            if attempt or not any(isinstance(reply, errors.NO_SCRIPT) for reply in replies):
+                break
+            self.load(script)  # a promoted replica, or a restarted node, lost the script
+        decoded: list[list[Any]] = []
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+            decoded.append(scripts.decode_read(reply))
+        return decoded
+
+    def check_async(self) -> None:
+        _async_cluster_options(self.client)
+
+    def _make_async_client(self) -> Client:
+        options = _async_cluster_options(self.client)
+        aio = importlib.import_module(f"{library_of(self.client).__name__}.asyncio.cluster")
+        nodes = [aio.ClusterNode(node.host, node.port) for node in self.client.get_nodes()]
+        # The asyncio twin of the library's sync cluster class has its name (ValkeyCluster).
+        return getattr(aio, library_class(self.client).__name__)(startup_nodes=nodes, **options)
+
+    def primaries_by_slot(self) -> list[tuple[int, Client]]:
+        """A client of each primary with the first slot it serves, in slot order: both stay
+        the same when a replica takes over its primary's slots."""
+        first: dict[str, int] = {}
+        for slot, nodes in self.client.nodes_manager.slots_cache.items():
+            if nodes and slot < first.get(nodes[0].name, _SLOTS):
+                first[nodes[0].name] = slot
+        primaries = self._known(self.client.get_primaries)
+        found = [(first.get(node.name, _SLOTS), node) for node in primaries]
+        found.sort(key=lambda pair: pair[0])
+        return [(slot, self.client.get_valkey_connection(node)) for slot, node in found]
+
+    def refresh(self) -> None:
+        """Ask the cluster for its nodes again: a call to a node failed (the client learns a
+        failover by itself only from calls it routes, not from calls to one node)."""
+        with contextlib.suppress(*errors.CLIENT):
+            self._known(self.client.get_nodes)
+            self.client.nodes_manager.initialize()
+
+    def own_connection(self, read_timeout: float) -> Any:
+        """A connection of its own to a node of the cluster, the next one each time: classic
+        pub/sub messages reach every node, and a listener whose node failed moves on."""
+        with self._nodes_mutex:
+            nodes = sorted(self._known(self.client.get_nodes), key=lambda node: node.name)
+            node = nodes[next(self._subscribe_at) % len(nodes)]
+            pool = self.client.get_valkey_connection(node).connection_pool
+        return connection_of(pool, read_timeout)
+
+    def _known(self, nodes_of: Callable[[], list[Any]]) -> list[Any]:
+        """``nodes_of()``; when the client knows no node any more, after the cluster was away,
+        it learns them again from the first nodes, or a client error says it cannot."""
+        found = list(nodes_of())
+        if found:
+            return found
+        library = library_of(self.client).__name__
+        manager = self.client.nodes_manager
+        node_class = importlib.import_module(f"{library}.cluster").ClusterNode
+        for host, port in self._seeds:
+            seed = node_class(host, port)
+            manager.startup_nodes[seed.name] = seed
+        manager.initialize()  # raises the client's error while no seed answers
+        found = list(nodes_of())
+        if not found:
+            raise importlib.import_module(f"{library}.exceptions").ConnectionError(
+                f"no node of the cluster of cache {self.alias!r} is known"
+            )
+        return found
+
+
+def _async_cluster_options(client: Client) -> dict[str, Any]:
+    """The options of an asyncio cluster client that does what ``client``'s connections do,
+    or ImproperlyConfigured naming what it cannot do alike."""
+    kwargs = client.nodes_manager.connection_kwargs
+    options, refused = portable_options(
+        {
+            key: value
+            for key, value in kwargs.items()
+            if key not in _CLUSTER_PLUMBING and key != "max_connections"
+        }
+    )
+    if kwargs.get("connection_class", None) not in (None, library_of(client).Connection):
+        if kwargs["connection_class"] is getattr(library_of(client), "SSLConnection", None):
+            options["ssl"] = True
+        else:
+            refused.append(f"connection_class={kwargs['connection_class'].__qualname__}")
+    options.pop("path", None)
+    options.pop("db", None)
+    # What the sync client keeps for the whole cluster rather than per connection.
+    manager = client.nodes_manager
+    options.update(
+        address_remap=manager.address_remap,
+        require_full_coverage=manager._require_full_coverage,
+        dynamic_startup_nodes=manager._dynamic_startup_nodes,
+        read_from_replicas=client.read_from_replicas,
+        reinitialize_steps=client.reinitialize_steps,
+        cluster_error_retry_attempts=client.cluster_error_retry_attempts,
+    )
+    if "max_connections" in kwargs:
+        options["max_connections"] = kwargs["max_connections"]
+    # The sync client's own: retries (its default makes none) and a connect hook of the user.
+    if getattr(getattr(client, "retry", None), "_retries", 0):
+        refused.append("retry")
+    if getattr(client, "user_on_connect_func", None) is not None:
+        refused.append("valkey_connect_func")
+    refuse_async(refused)
+    return options

@@ -1,0 +1,220 @@
+"""The Lock: acquire, release and extend one named lock, from sync or async code.
+
+Ownership belongs to the Lock object: each acquisition gets a random secret, and only the
+object that holds it can release or extend that hold. Create one Lock per critical section
+(``with lock("name"):``); a Lock object is not meant to be shared by concurrent threads or
+tasks.
+
+Each operation is written once, as a flow (``flows.py``: a generator of steps); the public
+methods here hand it to the sync or the async driver (``drivers.py``), and only the drivers
+talk to Redis.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+
+from django_redis_lock.conf import lock_settings
+from django_redis_lock.core.drivers import adrive, drive
+from django_redis_lock.core.flows import LockFlows
+from django_redis_lock.exceptions import LockBusy, LockError
+from django_redis_lock.runtime import runtime
+from django_redis_lock.runtime.watchdog import Hold
+from django_redis_lock.stats import LockStats
+from django_redis_lock.validation import (
+    refuse_contradiction,
+    validate_blocking_timeout,
+    validate_flag,
+    validate_label,
+    validate_name,
+    validate_timeout,
+    validate_using,
+    wait_options,
+)
+
+logger = logging.getLogger("django_redis_lock")
+
+
+class Lock(LockFlows):
+    """A named distributed lock, not yet acquired; use it in ``with`` or call ``acquire()``.
+
+    ``timeout`` is the lease in seconds (None: REDIS_LOCK TIMEOUT; "auto": the timeout the lock's
+    statistics suggest once they know enough, REDIS_LOCK TIMEOUT before); ``blocking_timeout`` caps
+    the wait (None: no limit); ``auto_renew`` keeps the lease alive while held (None:
+    REDIS_LOCK AUTO_RENEW); ``reentrant`` lets the same object acquire again; ``label`` is
+    shown to operators; ``using`` picks the cache alias (None: REDIS_LOCK CACHE).
+    ``django_redis_lock.lock`` is this class.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        timeout: float | str | None = None,
+        blocking: bool = True,
+        blocking_timeout: float | None = None,
+        auto_renew: bool | None = None,
+        reentrant: bool = False,
+        label: str | None = None,
+        using: str | Sequence[str] | None = None,
+    ) -> None:
+        self.name = validate_name(name)
+        ms = validate_timeout(timeout, "timeout") if timeout is not None else None
+        #: Whether the timeout is the statistics' suggestion (``timeout="auto"``).
+        self._auto_timeout = lock_settings.auto_timeout if timeout is None else ms is None
+        # Until the statistics suggest one (``auto``): REDIS_LOCK TIMEOUT (30 s for "auto").
+        self._timeout_ms = lock_settings.timeout_ms if ms is None else ms
+        self._blocking = validate_flag(blocking, "blocking")
+        self._blocking_timeout = validate_blocking_timeout(blocking_timeout)
+        refuse_contradiction(self._blocking, self._blocking_timeout)
+        self._auto_renew = (
+            lock_settings.auto_renew
+            if auto_renew is None
+            else validate_flag(auto_renew, "auto_renew")
+        )
+        self._reentrant = validate_flag(reentrant, "reentrant")
+        self.label = validate_label(label)
+        self._backend = runtime().for_locks(validate_using(using))
+        self._keys = self._backend.keys_for(self.name)
+        self._secret: str | None = None
+        self._depth = 0
+        self._hold: Hold | None = None
+        #: The fencing token of this object's current hold; None when it holds nothing.
+        self.fencing_token: int | None = None
+        #: True once a call found the hold taken away (see the README).
+        self.lost = False
+        #: Seconds left of the holder's lease when this object last found the lock busy.
+        self.busy_ttl: float | None = None
+        #: Seconds the holder had held the lock then (None: not known).
+        self.busy_held: float | None = None
+        # How long the current hold's acquire waited for another holder, recorded by its
+        # release (ms), and whether the acquire under way found the lock held.
+        self._waited_ms, self._was_busy = 0, False
+
+    def __repr__(self) -> str:
+        state = "held" if self._secret is not None else "not held"
+        return f"<Lock {self.name!r} {state}>"
+
+    @property
+    def timeout(self) -> float:
+        """The lease in seconds: how long the lock lives unless renewed."""
+        return self._timeout_ms / 1000
+
+    # -- the public methods: each hands its flow to a driver -------------------------------
+
+    def acquire(self, blocking: bool | None = None, blocking_timeout: float | None = None) -> bool:
+        """Take the lock; wait for it unless ``blocking`` is False; True when taken."""
+        wait, limit = wait_options(
+            blocking, blocking_timeout, self._blocking, self._blocking_timeout
+        )
+        if wait and limit != 0 and asyncio._get_running_loop() is not None:
+            raise RuntimeError(
+                f"Lock.acquire() of {self.name!r} would block the running event loop while it "
+                "waits: use `await lock.aacquire()` (or `async with`), or acquire(blocking=False)."
+            )
+        owner = runtime().thread_owner()
+        return drive(self._backend, self._acquiring(wait, limit, owner), self.name)
+
+    async def aacquire(
+        self, blocking: bool | None = None, blocking_timeout: float | None = None
+    ) -> bool:
+        """:meth:`acquire` for async code: waiting never blocks the event loop."""
+        wait, limit = wait_options(
+            blocking, blocking_timeout, self._blocking, self._blocking_timeout
+        )
+        owner = runtime().task_owner()
+        return await adrive(self._backend, self._acquiring(wait, limit, owner), self.name)
+
+    def release(self) -> None:
+        """Release the lock; LockNotOwned if this object does not hold it."""
+        drive(self._backend, self._releasing(), self.name)
+
+    async def arelease(self) -> None:
+        """:meth:`release` for async code."""
+        await adrive(self._backend, self._releasing(), self.name)
+
+    def extend(self, additional_time: float | None = None, *, replace_ttl: bool = False) -> None:
+        """Lengthen the lease by ``additional_time`` seconds (None: the lock's timeout).
+
+        With ``replace_ttl=True`` the lease becomes exactly ``additional_time`` from now.
+        """
+        drive(self._backend, self._extending(additional_time, replace_ttl), self.name)
+
+    async def aextend(
+        self, additional_time: float | None = None, *, replace_ttl: bool = False
+    ) -> None:
+        """:meth:`extend` for async code."""
+        await adrive(self._backend, self._extending(additional_time, replace_ttl), self.name)
+
+    def locked(self) -> bool:
+        """Whether anyone holds the lock."""
+        return drive(self._backend, self._locked(), self.name)
+
+    async def alocked(self) -> bool:
+        """:meth:`locked` for async code."""
+        return await adrive(self._backend, self._locked(), self.name)
+
+    def owned(self) -> bool:
+        """Whether this object holds the lock (asks Redis: an expired hold is not owned).
+
+        A hold found taken away is marked lost (once), as the watchdog, ``extend()`` and
+        ``release()`` do: ``lost`` becomes True, a warning is logged, ``lock_lost`` is sent.
+        """
+        return drive(self._backend, self._owned(), self.name)
+
+    async def aowned(self) -> bool:
+        """:meth:`owned` for async code."""
+        return await adrive(self._backend, self._owned(), self.name)
+
+    def stats(self) -> LockStats | None:
+        """The lock's hold and wait statistics (None: nothing recorded yet); read from Redis
+        at most once a minute per process, as ``timeout="auto"`` and a busy view's
+        Retry-After use them."""
+        return drive(self._backend, self._statistics(), self.name)
+
+    async def astats(self) -> LockStats | None:
+        """:meth:`stats` for async code."""
+        return await adrive(self._backend, self._statistics(), self.name)
+
+    def ttl(self) -> float | None:
+        """Seconds left of the lease, or None when nobody holds the lock (``math.inf`` for a
+        held lock whose key lost its expiry, as :class:`LockInfo` shows it)."""
+        return drive(self._backend, self._ttl(), self.name)
+
+    async def attl(self) -> float | None:
+        """:meth:`ttl` for async code."""
+        return await adrive(self._backend, self._ttl(), self.name)
+
+    # -- context managers ----------------------------------------------------------------------
+
+    def __enter__(self) -> Lock:
+        if not self.acquire():
+            raise LockBusy(f"The lock {self.name!r} is held by someone else.")
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        try:
+            self.release()
+        except LockError:
+            self._release_failed_on_exit(exc_type)
+
+    async def __aenter__(self) -> Lock:
+        if not await self.aacquire():
+            raise LockBusy(f"The lock {self.name!r} is held by someone else.")
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        try:
+            await self.arelease()
+        except LockError:
+            self._release_failed_on_exit(exc_type)
+
+    def _release_failed_on_exit(self, exc_type: type[BaseException] | None) -> None:
+        """A clean exit raises the release's error; one with an exception keeps it, logged."""
+        if exc_type is None:
+            raise
+        logger.warning(
+            "Lock %r: release failed while an exception propagated.", self.name, exc_info=True
+        )

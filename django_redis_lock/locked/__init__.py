@@ -1,0 +1,150 @@
+"""@locked: run a view, a function or a Celery task under a lock.
+
+Views (function-based, class-based, sync and async) answer a busy lock with 423 and a
+Retry-After header, an unreachable Redis with 503, and arguments that make an invalid name with
+400; plain functions and tasks raise LockBusy, LockUnavailable and ValueError. The lock is
+released when the call returns or raises, and for a streaming response when the response is
+closed (or dropped unclosed).
+
+This module checks the options and decides, once per decorated callable, how it is called
+(sync or async, a function, a class-based view, a method handed over by ``method_decorator``).
+How a name is made: :mod:`~django_redis_lock.naming`; how a call runs:
+:mod:`~django_redis_lock.wrapping`; the HTTP answers: :mod:`~django_redis_lock.responses`;
+Django REST framework, Celery and ``method_decorator``: :mod:`~django_redis_lock.integrations`.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from asgiref.sync import iscoroutinefunction
+from django.http import HttpRequest
+from django.views import View
+
+from django_redis_lock.locked.calls import AsyncDriver, Options, Spec, SyncDriver, make_driver, wrap
+from django_redis_lock.locked.integrations import bound_view_method
+from django_redis_lock.locked.naming import NameSpec, Naming, check_template
+from django_redis_lock.validation import (
+    validate_blocking_timeout,
+    validate_label,
+    validate_optional_flag,
+    validate_timeout,
+    validate_using,
+)
+
+Decorated = TypeVar("Decorated")
+
+# The arguments Django calls a view's dispatch with: what the class decorator's names read.
+_DISPATCH_SIGNATURE = inspect.signature(View.dispatch)
+
+
+def locked(
+    name: NameSpec,
+    *,
+    timeout: float | str | None = None,
+    blocking_timeout: float | None = 0,
+    auto_renew: bool | None = None,
+    on_busy: Callable[..., Any] | None = None,
+    label: str | None = None,
+    using: str | Sequence[str] | None = None,
+) -> Callable[[Decorated], Decorated]:
+    """Run the decorated view, function or task only while holding the lock ``name``.
+
+    ``name`` is a constant, a template formatted from the call's bound arguments
+    (``"invoice:{invoice_id}"``, ``"user:{request.user.pk}"``; a view's URL kwargs count as
+    arguments; :mod:`django_redis_lock.naming` says how values are escaped and which fields are
+    refused), or a callable receiving the call's arguments. ``blocking_timeout`` (default 0:
+    never tie up a worker) is how long to wait for a busy lock. When it stays busy, views answer
+    ``REDIS_LOCK["BUSY_STATUS"]`` (423) with Retry-After, functions and tasks raise LockBusy;
+    ``on_busy(*args, **kwargs)`` replaces either and its value is returned. ``label`` (default:
+    the callable's dotted name; at most MAX_LABEL_LENGTH) is shown to operators with the request
+    path or task id, the whole shortened to MAX_LABEL_LENGTH.
+    """
+    if isinstance(name, str):
+        check_template(name)  # now, also where the arguments are known only per request
+    elif not callable(name):
+        raise TypeError(f"A lock name must be a str or a callable, not {type(name).__name__}.")
+    if timeout is not None:
+        validate_timeout(timeout, "timeout")
+    validate_blocking_timeout(blocking_timeout)
+    if on_busy is not None and not callable(on_busy):
+        raise TypeError("on_busy must be a callable or None.")
+    validate_label(label)
+    using = validate_using(using)
+    validate_optional_flag(auto_renew, "auto_renew")
+    options = Options(name, timeout, blocking_timeout, auto_renew, on_busy, label, using)
+    # method_decorator decorates on every call: what can be reused is kept here.
+    drivers: dict[tuple[Any, type], SyncDriver | AsyncDriver] = {}
+
+    def decorate(target: Decorated) -> Decorated:
+        if isinstance(target, type):
+            if issubclass(target, View):
+                return _decorate_view_class(target, options)  # type: ignore[return-value]
+            raise TypeError("@locked decorates functions and class-based views, not classes.")
+        if not callable(target):
+            raise TypeError(f"@locked decorates callables, not {type(target).__name__}.")
+        if inspect.isgeneratorfunction(target) or inspect.isasyncgenfunction(target):
+            raise TypeError(
+                "@locked cannot decorate a generator function: its body runs after the call "
+                "returns, outside the lock. Take the lock inside it with `with lock(...)`."
+            )
+        driver = _driver_for(target, options, drivers)
+        if on_busy is not None and iscoroutinefunction(on_busy) and isinstance(driver, SyncDriver):
+            raise TypeError("An async on_busy needs an async decorated callable.")
+        return wrap(target, driver)  # type: ignore[return-value]
+
+    return decorate
+
+
+def _spec(options: Options, signature: inspect.Signature, owner: Any) -> Spec:
+    """The Spec of a callable called with ``signature``; ``owner`` names it to operators."""
+    dotted = f"{owner.__module__}.{owner.__qualname__}"
+    naming = Naming(options.name, signature, dotted)
+    return Spec(options, naming, options.label or dotted, signature)
+
+
+def _driver_for(
+    func: Callable[..., Any],
+    options: Options,
+    cache: dict[tuple[Any, type], SyncDriver | AsyncDriver],
+) -> SyncDriver | AsyncDriver:
+    """The driver of ``func``; one per view class for what method_decorator hands over."""
+    method = bound_view_method(func)
+    if method is None:
+        spec = _spec(options, inspect.signature(func), func)
+        return make_driver(spec, iscoroutinefunction(func))
+    key = (method.function, method.view_class)
+    driver = cache.get(key)
+    if driver is None:  # the first call from this view class: the template is checked now
+        view = method.view_class
+        spec = _spec(options, inspect.signature(method.bound, follow_wrapped=False), view)
+        driver = cache[key] = make_driver(spec, bool(view.view_is_async))
+    return driver
+
+
+def _decorate_view_class(cls: type[View], options: Options) -> type[View]:
+    """Lock ``cls.dispatch``: the name and on_busy get ``self``, ``request`` and URL kwargs.
+
+    Whether a view is async is decided once for each view class that calls it, as a subclass
+    may differ from ``cls``.
+    """
+    dispatch = cls.dispatch
+    spec = _spec(options, _DISPATCH_SIGNATURE, cls)
+    run_sync, run_async = SyncDriver(spec).run, AsyncDriver(spec).run
+    is_async: weakref.WeakKeyDictionary[type[View], bool] = weakref.WeakKeyDictionary()
+
+    @functools.wraps(dispatch)
+    def locked_dispatch(self: View, request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+        view = type(self)
+        view_is_async = is_async.get(view)
+        if view_is_async is None:
+            view_is_async = is_async[view] = bool(view.view_is_async)
+        run = run_async if view_is_async else run_sync  # an async view's dispatch: a coroutine
+        return run(dispatch, (self, request, *args), kwargs)
+
+    cls.dispatch = locked_dispatch  # type: ignore[method-assign]
+    return cls

@@ -1,0 +1,321 @@
+"""``manage.py locks doctor``: every safety check of the live deployment, item by item.
+
+The system checks run at startup, when the servers may not be up yet, and look at one thing
+each; the doctor asks every server that grants the alias's locks (each primary of a cluster,
+each member of a quorum, the primary Sentinel names now) what it is set up to do, and says
+for each item whether it is fine (``ok``), risky (``warning``) or broken (``error``), and
+what to change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django_redis_lock.backends.base import Backend
+from django_redis_lock.backends.cluster import ClusterLockBackend
+from django_redis_lock.backends.servers import (
+    EVICTION_HINT,
+    OLDEST_TESTED,
+    SAFE_POLICY,
+    WAIT_MARGIN,
+    ServerFacts,
+    eviction_warning,
+    probe,
+    socket_timeout,
+)
+from django_redis_lock.runtime import runtime
+from django_redis_lock.validation import validate_using
+
+OK, WARNING, ERROR = "ok", "warning", "error"
+#: The CONFIG parameters read besides INFO, where the server allows CONFIG.
+CONFIG = ("appendfsync", "cluster-require-full-coverage")
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One item of the doctor's report."""
+
+    #: ``ok``, ``warning`` or ``error``.
+    level: str
+    #: What was checked: reachable, version, eviction, persistence, replicas, socket-timeout,
+    #: full-coverage, listing.
+    check: str
+    #: The server or cache alias it is about.
+    subject: str
+    #: What was found.
+    message: str
+    #: What to change ("" when nothing).
+    fix: str = ""
+
+    def as_json(self) -> dict[str, str]:
+        """The JSON object ``locks doctor --json`` prints."""
+        return {
+            "level": self.level,
+            "check": self.check,
+            "subject": self.subject,
+            "message": self.message,
+            "fix": self.fix,
+        }
+
+
+def diagnose(using: str | Sequence[str] | None = None) -> list[Finding]:
+    """The findings for the locks of cache alias ``using`` (None: REDIS_LOCK CACHE; a list: a
+    quorum), asking its servers now."""
+    return examine(runtime().backend(validate_using(using)))
+
+
+def examine(backend: Backend) -> list[Finding]:
+    """The findings for the servers of ``backend`` and its settings, in a stable order."""
+    members = getattr(backend, "members", None)
+    if members is not None:  # a quorum: each member as a server of its own, then the majority
+        return [*_quorum(backend, members), *_alias(backend)]
+    return [*_servers(backend, quorum=False), *_alias(backend)]
+
+
+def _quorum(backend: Backend, members: tuple[Backend, ...]) -> Iterator[Finding]:
+    facts: list[ServerFacts] = []
+    for member in members:
+        found = [probe(name, pool, CONFIG) for name, pool in member.servers()]
+        facts += found
+        yield from _server_findings(member, found, quorum=True)
+    down = sum(1 for each in facts if each.error is not None)
+    needed = len(members) // 2 + 1
+    subject = f"quorum of {len(members)} ({backend.alias})"
+    if len(members) - down < needed:
+        yield Finding(
+            ERROR,
+            "majority",
+            subject,
+            f"only {len(members) - down} of {len(members)} primaries answer; {needed} are needed: "
+            "every acquire fails with LockUnavailable",
+            "bring the primaries that do not answer back",
+        )
+    elif down:
+        yield Finding(
+            WARNING,
+            "majority",
+            subject,
+            f"{down} of {len(members)} primaries do not answer; the others make a majority, "
+            f"but {len(members) - down - needed + 1} more down and acquires fail",
+            "bring the primaries that do not answer back",
+        )
+    else:
+        yield Finding(OK, "majority", subject, f"all {len(members)} primaries answer")
+
+
+def _servers(backend: Backend, *, quorum: bool) -> Iterator[Finding]:
+    try:
+        servers = backend.servers()
+    except Exception as exc:  # a cluster whose nodes cannot be listed now
+        yield Finding(ERROR, "reachable", f"cache {backend.alias!r}", str(exc))
+        return
+    facts = [probe(name, pool, CONFIG) for name, pool in servers]
+    yield from _server_findings(backend, facts, quorum=quorum)
+    if not isinstance(backend, ClusterLockBackend) and facts[0].error is None:
+        yield from _replicas(backend, facts[0])
+
+
+def _server_findings(
+    backend: Backend, facts: list[ServerFacts], *, quorum: bool
+) -> Iterator[Finding]:
+    cluster = isinstance(backend, ClusterLockBackend)
+    for each in facts:
+        if each.error is not None:
+            level = WARNING if quorum else ERROR
+            yield Finding(level, "reachable", each.name, f"does not answer: {each.error}")
+            continue
+        yield Finding(OK, "reachable", each.name, f"answers: {each.product}")
+        yield _version(each)
+        yield _eviction(each)
+        yield _persistence(each, quorum=quorum, replicated=bool(each.connected_replicas))
+        if cluster:
+            yield _coverage(each)
+
+
+def _version(facts: ServerFacts) -> Finding:
+    if facts.version and facts.version[:2] < OLDEST_TESTED:
+        return Finding(
+            WARNING,
+            "version",
+            facts.name,
+            f"{facts.product} is older than Redis 6.2, the oldest version tested",
+            "upgrade the server to Redis 6.2 or later (or Valkey)",
+        )
+    return Finding(OK, "version", facts.name, f"{facts.product} is supported")
+
+
+def _eviction(facts: ServerFacts) -> Finding:
+    if facts.evicts():
+        return Finding(ERROR, "eviction", facts.name, eviction_warning(facts), EVICTION_HINT)
+    why = (
+        f"maxmemory-policy {SAFE_POLICY}"
+        if facts.maxmemory
+        else f"no maxmemory limit (policy {facts.policy or 'unknown'})"
+    )
+    return Finding(OK, "eviction", facts.name, f"never evicts a held lock: {why}")
+
+
+def _persistence(facts: ServerFacts, *, quorum: bool, replicated: bool) -> Finding:
+    aof = facts.info.get("aof_enabled") == "1"
+    fsync = facts.config.get("appendfsync")
+    if aof and fsync == "always":
+        return Finding(
+            OK,
+            "persistence",
+            facts.name,
+            "append-only file synced at every write: a restart keeps every grant",
+        )
+    state = (
+        "no append-only file"
+        if not aof
+        else f"append-only file synced {fsync}"
+        if fsync
+        else "append-only file (its appendfsync could not be read: CONFIG is disabled here)"
+    )
+    if quorum:
+        return Finding(
+            WARNING,
+            "persistence",
+            facts.name,
+            f"{state}: a primary that crashes and restarts without its last grants may grant a "
+            "lock again that a majority including it still holds",
+            "keep a crashed primary down for longer than the longest lease before it rejoins, "
+            "or run it with appendonly yes and appendfsync always",
+        )
+    if replicated:
+        return Finding(
+            WARNING,
+            "persistence",
+            facts.name,
+            f"{state}: a primary that restarts before Sentinel fails it over comes back without "
+            "its grants, and its replicas resynchronise to that",
+            "run the primary with appendonly yes (appendfsync always), or never restart it "
+            "automatically",
+        )
+    return Finding(
+        WARNING,
+        "persistence",
+        facts.name,
+        f"{state}: a restart loses the grants since the last sync, and another caller may take a "
+        "lock its holder still works under (the holder learns it at its next renewal)",
+        "run the server with appendonly yes and appendfsync always if a restart must keep locks",
+    )
+
+
+def _coverage(facts: ServerFacts) -> Finding:
+    value = facts.config.get("cluster-require-full-coverage")
+    if value == "no":
+        return Finding(
+            OK,
+            "full-coverage",
+            facts.name,
+            "cluster-require-full-coverage no: locks on the "
+            "other primaries work on while one's slots wait for a replica",
+        )
+    return Finding(
+        WARNING,
+        "full-coverage",
+        facts.name,
+        "cluster-require-full-coverage yes: every node refuses commands while any primary's "
+        "slots wait for a replica, so every lock pauses during a failover"
+        if value
+        else "cluster-require-full-coverage could not be read (CONFIG is disabled here)",
+        "set cluster-require-full-coverage no on every node",
+    )
+
+
+def _replicas(backend: Backend, primary: ServerFacts) -> Iterator[Finding]:
+    connected = primary.connected_replicas or 0
+    needed = backend.wait_replicas
+    subject = primary.name
+    if needed > connected:
+        yield Finding(
+            ERROR,
+            "replicas",
+            subject,
+            f"WAIT_REPLICAS is {needed} but {connected} replica(s) are connected: every acquire "
+            "fails with LockNotReplicated",
+            f"connect {needed - connected} more replica(s), or lower WAIT_REPLICAS",
+        )
+    elif needed == 0 and (backend.sentinel or connected):
+        yield Finding(
+            WARNING,
+            "replicas",
+            subject,
+            f"WAIT_REPLICAS is 0 with {connected} replica(s): a failover promotes a replica that "
+            "may lack the latest grants, and two clients can then hold one lock",
+            f"set REDIS_LOCK['WAIT_REPLICAS'] to {connected or 1}",
+        )
+    elif needed < connected:
+        yield Finding(
+            WARNING,
+            "replicas",
+            subject,
+            f"WAIT_REPLICAS is {needed} with {connected} replicas: a partition that leaves "
+            f"{needed} of them with this primary lets it go on granting locks that the replica "
+            "promoted on the other side grants again",
+            f"set REDIS_LOCK['WAIT_REPLICAS'] to {connected} (then no grant while a replica is "
+            "down)",
+        )
+    elif needed:
+        yield Finding(
+            OK,
+            "replicas",
+            subject,
+            f"every one of the {connected} replicas acknowledges each grant: no partition lets "
+            "two primaries grant one lock",
+        )
+    else:
+        yield Finding(OK, "replicas", subject, "no replicas, and no WAIT_REPLICAS")
+
+
+def _alias(backend: Backend) -> Iterator[Finding]:
+    subject = f"cache {backend.alias!r}"
+    if not backend.listable:
+        yield Finding(
+            WARNING,
+            "listing",
+            subject,
+            "the cache's KEY_FUNCTION hides key text: held locks cannot be listed",
+            "give locks a cache alias with the default KEY_FUNCTION",
+        )
+    yield from _socket_timeouts(backend)
+
+
+def _socket_timeouts(backend: Backend) -> Iterator[Finding]:
+    members = getattr(backend, "members", None) or (backend,)
+    for member in members:
+        subject = f"cache {member.alias!r}"
+        timeouts = {socket_timeout(pool) for _, pool in _pools(member)}
+        if None in timeouts or not timeouts:
+            yield Finding(
+                WARNING,
+                "socket-timeout",
+                subject,
+                "no socket timeout: a server that stops answering makes lock calls and renewals "
+                "wait (forever before redis-py 8)",
+                "set the cache's socket timeout to what your locks can afford (1 to 5 s)",
+            )
+            continue
+        shortest = min(t for t in timeouts if t is not None)
+        wait = member.wait_timeout_ms / 1000
+        if member.wait_replicas and shortest < wait + WAIT_MARGIN:
+            yield Finding(
+                WARNING,
+                "socket-timeout",
+                subject,
+                f"socket timeout {shortest:g} s, WAIT_TIMEOUT {wait:g} s: a grant whose replicas "
+                "take their time fails with LockUnavailable",
+                f"set the socket timeout to at least {wait + WAIT_MARGIN:g} s",
+            )
+        else:
+            yield Finding(OK, "socket-timeout", subject, f"socket timeout {shortest:g} s")
+
+
+def _pools(backend: Backend) -> list[tuple[str, Any]]:
+    try:
+        return backend.servers()
+    except Exception:  # a cluster away: nothing to read
+        return []

@@ -1,0 +1,288 @@
+"""LockManager: make locks, and see or force-release the held ones of one cache alias (a server,
+a Sentinel service or a cluster: its primaries are read with SCAN, a page at a time)."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from django_redis_lock.backends import errors
+from django_redis_lock.backends.single import LockBackend
+from django_redis_lock.conf import lock_settings
+from django_redis_lock.core.drivers import redis_errors
+from django_redis_lock.core.lock import Lock
+from django_redis_lock.exceptions import LockUnavailable
+from django_redis_lock.ops.records import (
+    EPOCH,
+    Listing,
+    LockInfo,
+    LockPage,
+    Released,
+    info_of,
+    released_of,
+    warn_skipped,
+)
+from django_redis_lock.stats import LockStats
+from django_redis_lock.stats import parse as parse_stats
+from django_redis_lock.validation import (
+    page_cursor,
+    validate_cursor,
+    validate_name,
+    validate_page_size,
+    validate_pattern,
+)
+
+# At most this many SCAN calls serve one page, so a search that matches little stays quick
+# on a large database; the page then ends early with a cursor to go on from.
+_MAX_SCANS_PER_PAGE = 50
+# Lists, spelt here: inside LockManager, "list" is a method.
+KeyBatch = list["bytes | str"]
+InfoList = list["LockInfo"]
+NameList = list[str]
+HoldList = list[tuple["LockInfo", str]]
+Records = list["list[Any] | LockUnavailable"]
+Failures = list[LockUnavailable]
+StatsList = list[LockStats]
+# Keys fetched per pipelined round trip while listing or clearing.
+BATCH_SIZE = 500
+
+
+class LockManager:
+    """The locks of one cache alias; get one with :func:`get_lock_manager`."""
+
+    def __init__(self, backend: LockBackend) -> None:
+        self._backend = backend
+
+    @property
+    def alias(self) -> str:
+        """The cache alias whose Redis holds these locks."""
+        return self._backend.alias
+
+    def lock(self, name: str, **options: Any) -> Lock:
+        """A Lock named ``name`` (not yet acquired); options as for :func:`lock`."""
+        return Lock(name, using=self.alias, **options)
+
+    def list(self, pattern: str = "*") -> Listing:
+        """The held locks whose names match the glob ``pattern``, read with SCAN.
+
+        An iterator (a :class:`Listing`): memory stays flat however many locks there are.
+        Locks taken or released while it runs may or may not appear, as with SCAN itself. Held
+        locks whose data this library did not write are skipped, with one warning that counts
+        them.
+        """
+        match = self._backend.scan_pattern(validate_pattern(pattern))  # errors at the call
+        return Listing(lambda listing: self._listed(match))
+
+    def _listed(self, match: str) -> Iterator[LockInfo]:
+        skipped = 0
+        try:
+            for found, unreadable in self._batches(match):
+                skipped += unreadable
+                yield from found
+        finally:
+            warn_skipped(skipped)
+
+    def page(self, pattern: str = "*", cursor: str = "", size: int = 100) -> LockPage:
+        """One page of held locks matching ``pattern``, from ``cursor`` on ("": the first).
+
+        Reads only as much of the keyspace as the page needs, so the first page of a million
+        locks costs what the first page of ten does. Pages hold about ``size`` locks (SCAN
+        gives no exact counts), fewer when a sparse match ends a page early;
+        ``next_cursor`` is "" on the last page. Skips what :meth:`list` skips. On a cluster
+        the pages go through its primaries one after the other; a cursor of a cluster whose
+        slots moved to other primaries since is refused (ValueError: start again).
+        """
+        match = self._backend.scan_pattern(validate_pattern(pattern))
+        first_slot, scan_cursor = validate_cursor(self.check_cursor(cursor))
+        size = validate_page_size(size)
+        found: InfoList = []
+        skipped = 0
+        with redis_errors("Could not list locks"), self._refreshing():
+            slots, servers = zip(*self._backend.primaries_by_slot(), strict=True)
+            if cursor and first_slot not in slots:
+                raise ValueError(
+                    "This page cursor is of primaries the cluster no longer has (its slots "
+                    "moved): list from the first page again."
+                )
+            server, count = (slots.index(first_slot) if cursor else 0), size
+            for _ in range(_MAX_SCANS_PER_PAGE):
+                if server >= len(servers):
+                    break
+                scan_cursor, keys = servers[server].scan(scan_cursor, match=match, count=count)
+                count = min(count * 2, 10 * BATCH_SIZE)  # read faster where matches are sparse
+                if keys:
+                    infos, unreadable = self._fetch_keys(keys)
+                    found.extend(infos)
+                    skipped += unreadable
+                if scan_cursor == 0:
+                    server += 1
+                if server >= len(servers) or len(found) >= size:
+                    break
+        warn_skipped(skipped)
+        more = server < len(servers)
+        next_cursor = page_cursor(slots[server], int(scan_cursor)) if more else ""
+        return LockPage(sorted(found, key=lambda info: info.name), next_cursor)
+
+    def check_cursor(self, cursor: object) -> str:
+        """``cursor`` if :meth:`page` can go on from it: "" or a page's ``next_cursor``;
+        else TypeError or ValueError."""
+        validate_cursor(cursor)
+        assert isinstance(cursor, str)
+        return cursor
+
+    def _batches(self, match: str) -> Iterator[tuple[InfoList, int]]:
+        """The held locks whose keys match the SCAN pattern ``match`` and how many were
+        skipped, a SCAN batch at a time (never KEYS)."""
+        batch: KeyBatch = []
+        with redis_errors("Could not list locks"), self._refreshing():
+            for client in self._backend.primaries():
+                for key in client.scan_iter(match=match, count=BATCH_SIZE):
+                    batch.append(key)
+                    if len(batch) == BATCH_SIZE:
+                        yield self._fetch_keys(batch)
+                        batch = []
+        if batch:
+            yield self._fetch_keys(batch)
+
+    @contextlib.contextmanager
+    def _refreshing(self) -> Iterator[None]:
+        """When a server of the listing fails, learn the servers again for the next call."""
+        try:
+            yield
+        except errors.CONNECTION + errors.TIMEOUT:
+            self._backend.refresh()
+            raise
+
+    def name_of(self, key: bytes | str) -> str | None:
+        """The lock name of a lock key found by SCAN; None when no ``lock()`` reaches that key
+        (bytes that are not UTF-8, not a valid lock name, or a hash tag not the name's)."""
+        try:
+            name = self._backend.name_from_key(key.decode() if isinstance(key, bytes) else key)
+            return None if name is None else validate_name(name)
+        except ValueError:  # UnicodeDecodeError is one
+            return None
+
+    def _fetch_keys(self, keys: Sequence[bytes | str]) -> tuple[InfoList, int]:
+        return self._fetch(keys, [self.name_of(key) for key in keys])
+
+    def _fetch(
+        self, keys: Sequence[bytes | str], names: Sequence[str | None]
+    ) -> tuple[InfoList, int]:
+        """The held locks among ``keys`` (named ``names``; None: a key no lock reaches) in one
+        round trip, and how many held ones cannot be shown truthfully."""
+        with redis_errors("Could not read locks"):  # bytes keys (not UTF-8) go out as they are
+            values = self._backend.read(keys)
+        found: InfoList = []
+        skipped = 0
+        for i, name in enumerate(names):
+            secret, *fields, pttl = values[6 * i : 6 * i + 6]
+            if secret is False:  # a tombstone, a gone key or another type: not held
+                continue
+            info = None if name is None else info_of(name, fields, pttl)
+            if info is None:
+                skipped += 1
+            else:
+                found.append(info)
+        return found, skipped
+
+    def stats(self, pattern: str = "*") -> StatsList:
+        """The statistics of the lock names matching ``pattern`` that have any (see
+        ``stats.py``), sorted by name; read with SCAN, a batch of names per round trip."""
+        return sorted(self.iter_stats(pattern), key=lambda stats: stats.name)
+
+    def iter_stats(self, pattern: str = "*") -> Iterator[LockStats]:
+        """:meth:`stats` as they are read, in no order: memory stays flat however many names
+        there are (see ``stats.summarize``, which the admin's statistics page reads them by)."""
+        match = self._backend.scan_pattern(validate_pattern(pattern), kind="s")
+        return self._stats_read(match)
+
+    def _stats_read(self, match: str) -> Iterator[LockStats]:
+        with redis_errors("Could not read lock statistics"), self._refreshing():
+            for client in self._backend.primaries():
+                batch: KeyBatch = []
+                for key in client.scan_iter(match=match, count=BATCH_SIZE):
+                    batch.append(key)
+                    if len(batch) == BATCH_SIZE:
+                        yield from self._read_stats(batch)
+                        batch = []
+                if batch:
+                    yield from self._read_stats(batch)
+
+    def get_stats(self, name: str) -> LockStats | None:
+        """The statistics of the lock named exactly ``name``, or None when it has none."""
+        key = self._backend.keys_for(validate_name(name)).stats
+        with redis_errors("Could not read lock statistics"):
+            flat = self._backend.run("stats_read", (key,), ())
+        return parse_stats(name, flat)
+
+    def _read_stats(self, keys: KeyBatch) -> StatsList:
+        found: StatsList = []
+        for key, flat in zip(keys, self._backend.read_stats(keys), strict=True):
+            name = self.name_of(key)
+            stats = None if name is None else parse_stats(name, flat)  # None: not ours
+            if stats is not None:
+                found.append(stats)
+        return found
+
+    def get(self, name: str) -> LockInfo | None:
+        """The held lock named exactly ``name`` (glob characters are literal), or None; None
+        also (with a warning) when its data is not what this library writes."""
+        found, skipped = self._fetch([self._backend.keys_for(validate_name(name)).lock], [name])
+        warn_skipped(skipped)
+        return found[0] if found else None
+
+    def release(self, name: str) -> bool:
+        """Force-release ``name`` whoever holds it, waking its waiters; True if it was held."""
+        return self.force_release(name) is not None
+
+    def force_release(self, name: str, fencing_token: int | None = None) -> Released | None:
+        """Force-release ``name``, waking its waiters; what was released, or None if not held.
+
+        With ``fencing_token``, only that hold is released: a lock taken over meanwhile by
+        someone else is left alone (an operator confirmed the release of the other hold).
+        Without it, a hold whose data this library did not write is released too.
+        """
+        keys = self._backend.keys_for(validate_name(name)).all
+        args = [lock_settings.tombstone_ms, "" if fencing_token is None else int(fencing_token)]
+        with redis_errors(f"Could not release lock {name!r}"):
+            held = self._backend.run("force_release", keys, args)
+        return released_of(name, held) if held else None
+
+    def clear(self, pattern: str = "*", progress: Callable[[int, int], None] | None = None) -> int:
+        """Force-release the held locks :meth:`list` shows for ``pattern``; how many.
+
+        Each is released by its fencing token, except holds taken while the clear runs: a
+        lock handed to a waiter (or taken anew) meanwhile is left to its new holder. A holder
+        whose lock was cleared learns it (LockNotOwned) when it releases. Every batch of keys
+        costs two round trips. ``progress(released, handed_over)`` is called after each
+        batch; ``handed_over`` counts locks a waiter took at once.
+        """
+        backend, released, handed_over, skipped = self._backend, 0, 0, 0
+        with redis_errors("Could not clear locks"):
+            seconds, micros = backend.client.time()
+            backend.load("force_release")  # a pipeline cannot load it
+        started = EPOCH + datetime.timedelta(seconds=int(seconds), microseconds=int(micros))
+        clock = time.monotonic()
+        match = backend.scan_pattern(validate_pattern(pattern))
+        for found, unreadable in self._batches(match):
+            skipped += unreadable
+            # Taken since the start by the server's clock, give or take a second of the
+            # client's; a start time later than that (written by hand) is no reason to spare.
+            running = datetime.timedelta(seconds=time.monotonic() - clock + 1)
+            write = backend.client.pipeline(transaction=False)
+            for info in found:
+                if not started <= info.acquired_at <= started + running:
+                    keys = backend.keys_for(info.name).all
+                    args = [lock_settings.tombstone_ms, info.fencing_token]
+                    backend.queue(write, "force_release", keys, args)
+            with redis_errors("Could not clear locks"):
+                results = write.execute()
+            released += sum(1 for result in results if result)
+            handed_over += sum(1 for result in results if result and result[-1] == 2)
+            if progress is not None:
+                progress(released, handed_over)
+        warn_skipped(skipped)
+        return released

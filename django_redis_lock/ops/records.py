@@ -1,0 +1,156 @@
+"""What the manager hands out: a held lock as operators see it (:class:`LockInfo`), a page of
+them, a listing, a force release; and the reading of the scripts' replies into them, which
+never trusts what Redis holds (anyone who can write to it chooses it)."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import logging
+import math
+import re
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+from django_redis_lock.backends.base import text_of
+
+logger = logging.getLogger("django_redis_lock")
+
+_UTC = datetime.timezone.utc
+
+
+@dataclass(frozen=True)
+class LockPage:
+    """A page of held locks, and the cursor of the next page ("": none).
+
+    The cursor is opaque text: hand it back to :meth:`LockManager.page` as it is.
+    """
+
+    locks: list[LockInfo]
+    next_cursor: str
+    #: Of a quorum's locks, the primaries that did not answer (cache alias: error); a lock they
+    #: alone hold is not on the page.
+    unanswered: dict[str, str] = dataclasses.field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class LockInfo:
+    """A held lock as operators see it."""
+
+    name: str
+    fencing_token: int
+    owner: str
+    label: str | None
+    acquired_at: datetime.datetime
+    #: Seconds of lease left; ``math.inf`` for a lock whose key lost its expiry (PERSIST by
+    #: hand, a restore), which only a force release ends.
+    ttl: float
+    #: Of a quorum lock, the cache aliases of the primaries that hold it (empty otherwise).
+    primaries: tuple[str, ...] = ()
+    #: Of a quorum lock, the cache aliases of the primaries that did not answer when it was read
+    #: (they may hold it too).
+    unanswered: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Released:
+    """A hold that a force release ended."""
+
+    name: str
+    #: The hold released, as a listing shows one; None when its data was not a lock's
+    #: (written by something else than this library), which a release by name ends too.
+    info: LockInfo | None
+    #: Whether a waiting client took the lock over at once.
+    handed_over: bool
+
+
+# Integer text as the scripts write it ("5"), or as others may ("0005", "-5", "+7"); the
+# scripts read the same text as the same number.
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+# Lua numbers are doubles: below this, the scripts compare fencing tokens exactly.
+_EXACT_TOKENS = 2**53
+EPOCH = datetime.datetime(1970, 1, 1, tzinfo=_UTC)
+
+
+def _integer(value: object, limit: int | None = None) -> int | None:
+    if not isinstance(value, str) or not _INTEGER.fullmatch(value):
+        return None
+    try:
+        number = int(value)
+    except ValueError:  # more digits than Python converts
+        return None
+    return number if limit is None or abs(number) < limit else None
+
+
+def _moment(micros: int | None) -> datetime.datetime | None:
+    """The aware UTC datetime ``micros`` microseconds after the epoch, if there is one."""
+    try:
+        return None if micros is None else EPOCH + datetime.timedelta(microseconds=micros)
+    except OverflowError:
+        return None
+
+
+def info_of(name: str, fields: Sequence[object], pttl: int) -> LockInfo | None:
+    """The LockInfo of a held lock's fields (token, owner, label, acquired-at), or None when
+    they are not what this library writes: a token that is not an integer the scripts compare
+    exactly, a time that is not one datetime can show."""
+    token, owner, label, acquired_at = fields
+    fencing_token = _integer(token, _EXACT_TOKENS)
+    moment = _moment(_integer(acquired_at))
+    if fencing_token is None or moment is None:
+        return None
+    return LockInfo(
+        name=name,
+        fencing_token=fencing_token,
+        owner=owner if isinstance(owner, str) else "",
+        label=label if isinstance(label, str) and label else None,
+        acquired_at=moment,
+        ttl=math.inf if pttl == -1 else pttl / 1000,
+    )
+
+
+def warn_unanswered(unanswered: dict[str, str], members: int) -> None:
+    if unanswered:
+        logger.warning(
+            "%d of %d primaries of the quorum did not answer the listing (%s): a lock held only "
+            "on them is not listed.",
+            len(unanswered),
+            members,
+            "; ".join(f"{alias}: {error}" for alias, error in unanswered.items()),
+        )
+
+
+def warn_skipped(count: int) -> None:
+    if count:
+        logger.warning(
+            "Skipped %d held lock%s whose Redis data this library did not write (a name, hash "
+            "tag, fencing token or time it cannot show); `manage.py locks release NAME` frees "
+            "one.",
+            count,
+            "" if count == 1 else "s",
+        )
+
+
+class Listing(Iterator["LockInfo"]):
+    """The held locks of a listing, read as they are iterated (see :meth:`LockManager.list`).
+
+    ``unanswered`` maps the cache alias of each primary of a quorum that did not answer so far
+    to its error: a lock only they hold is not listed (a majority answered, or the listing
+    would have raised LockUnavailable). Always empty for one alias's locks.
+    """
+
+    def __init__(self, read: Callable[[Listing], Iterator[LockInfo]]) -> None:
+        self.unanswered: dict[str, str] = {}
+        self._locks = read(self)
+
+    def __iter__(self) -> Listing:
+        return self
+
+    def __next__(self) -> LockInfo:
+        return next(self._locks)
+
+
+def released_of(name: str, held: Sequence[bytes | int | None]) -> Released:
+    """The Released of a FORCE_RELEASE reply: token, owner, label, acquired-at, 1 or 2."""
+    *fields, how = (text_of(value) if isinstance(value, bytes) else value for value in held)
+    return Released(name, info_of(name, fields, 0), handed_over=how == 2)

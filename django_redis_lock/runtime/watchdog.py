@@ -1,0 +1,322 @@
+"""The watchdog: one thread per process keeping auto-renewed locks alive while they are held.
+
+Each hold is renewed at about a third of its TTL (to at least the TTL, never shortening a
+longer ``extend()``). A renewal that finds the lock gone marks the hold lost, sends
+``lock_lost`` and logs a warning. The watchdog keeps only a weak reference to each Lock, so
+a Lock object dropped without release stops being renewed and expires on its own. After
+``fork`` the child starts with an empty watchdog: it never renews its parent's locks.
+
+The thread starts with the first auto-renewed hold and then looks at its holds at least once
+a second (a few microseconds each time), so that the common hold, first due seconds later, is
+registered and released without a lock or a wake-up call on the acquiring thread.
+
+It also settles acquire attempts and releases whose caller never learned the outcome (Redis
+stalled past the socket timeout, or the reply was lost): Redis may still run such an attempt
+when it resumes and grant the lock to a secret nobody holds, and a release that did not run
+leaves the lock held with nobody renewing it. The watchdog sends LEAVE (or the RELEASE again)
+until Redis answers, so such a hold ends as soon as Redis is back, not when its lease does.
+A stalled Redis, once it resumes, runs the commands already waiting in its sockets before
+those of a connection made later; where that order does not hold (a network that delivers
+the first command last), the grant lives no longer than its lease.
+"""
+
+from __future__ import annotations
+
+import collections
+import heapq
+import itertools
+import logging
+import threading
+import time
+import weakref
+from typing import TYPE_CHECKING
+
+from django_redis_lock.backends import errors
+from django_redis_lock.backends.base import Backend, LockKeys
+from django_redis_lock.conf import lock_settings
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+logger = logging.getLogger("django_redis_lock")
+
+# Renew when this fraction of the TTL has passed since the last renewal.
+RENEW_FRACTION = 1 / 3
+# The shortest pause between two failed renewals of a lock.
+_MIN_RETRY_SECONDS = 0.05
+# The longest pause between two tries to settle an attempt, and how long it is tried at most.
+_MAX_LEAVE_RETRY_SECONDS = 0.5
+LEAVE_GIVE_UP_SECONDS = 600.0
+# The most attempts waiting to be settled; beyond it (a long outage) the oldest grants that may
+# exist are left to end with their lease.
+_MAX_LEAVES = 10_000
+
+
+class Hold:
+    """One acquisition under the watchdog's care."""
+
+    __slots__ = (
+        "backend",
+        "due",
+        "first",
+        "keys",
+        "lease_end",
+        "lose",
+        "name",
+        "repeat",
+        "secret",
+        "ttl_ms",
+        "watched",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        lose: weakref.WeakMethod[Callable[[str], None]],
+        backend: Backend,
+        keys: LockKeys,
+        secret: str,
+        ttl_ms: int,
+        lease_ms: int,
+        *,
+        repeat: bool,
+    ) -> None:
+        self.name = name
+        # The Lock's way to record a loss; dead once the Lock object is dropped unreleased,
+        # which stops its renewals (the lease then runs out on its own).
+        self.lose = lose
+        self.backend = backend
+        self.keys = keys
+        self.secret = secret
+        self.ttl_ms = ttl_ms
+        self.repeat = repeat  # False: lengthen a hand-over lease once, then leave it alone
+        now = time.monotonic()
+        # When the lease surely ends, by this process's clock, as of the last renewal sent.
+        self.lease_end = now + lease_ms / 1000
+        # Seconds to the first renewal: a third of the lease the hold starts with, which is
+        # shorter than the TTL for a hand-over.
+        self.first = lease_ms / 1000 * RENEW_FRACTION
+        self.due = now + self.first  # when the first renewal is due
+        # False once released (or lost, or confirmed for good): the watchdog drops it.
+        self.watched = True
+
+    @property
+    def interval(self) -> float:
+        """Seconds between renewals."""
+        return self.ttl_ms / 1000 * RENEW_FRACTION
+
+    def renewed(self, sent: float, left_ms: int) -> None:
+        """Record a renewal or extend sent at ``sent`` that left ``left_ms`` of lease."""
+        self.lease_end = max(self.lease_end, sent + left_ms / 1000)
+
+
+class Settle:
+    """A call whose outcome its caller never learned, to settle: an acquire attempt (LEAVE:
+    free what it may have got, or take it out of the queue) or a release (RELEASE again)."""
+
+    __slots__ = ("args", "backend", "delay", "give_up", "keys", "script", "watched")
+
+    def __init__(
+        self, backend: Backend, keys: LockKeys, args: list[object], script: str = "leave"
+    ) -> None:
+        self.backend = backend
+        self.keys = keys
+        self.args = args  # the script's: secret, tombstone ms
+        self.script = script
+        self.give_up = time.monotonic() + LEAVE_GIVE_UP_SECONDS
+        self.delay = _MIN_RETRY_SECONDS
+        self.watched = True
+
+
+# Once started, the thread looks at least this often, so that a hold due later than that is
+# handed to it with a bare append: no lock, no wake-up call, on the path of every acquire.
+_TICK_SECONDS = 1.0
+# The heap's size at which the thread first drops released holds from it all at once.
+_COMPACT_AT = 1024
+
+
+class Watchdog:
+    """Renews every registered hold from a single daemon thread."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._due: list[tuple[float, int, Hold | Settle]] = []
+        # Holds due a tick or more from now, added without the lock; the thread takes them.
+        self._incoming: collections.deque[Hold] = collections.deque()
+        self._order = itertools.count()
+        self._compact_at = _COMPACT_AT
+        self._thread: threading.Thread | None = None
+        # True while the thread runs its loop: it then looks at least every tick.
+        self._ticking = False
+        # When the thread wakes next on its own; a hold due earlier needs a wake-up call.
+        self._wakes_at = float("inf")
+        self._leaves = 0  # calls scheduled to be settled
+        # Until when each Redis counts as away: settling waits instead of trying every call.
+        self._away: dict[Backend, float] = {}
+
+    def add(self, hold: Hold) -> None:
+        """Start renewing ``hold``, first at a third of the lease it starts with."""
+        if self._ticking and hold.first >= _TICK_SECONDS:
+            self._incoming.append(hold)  # atomic; the thread looks before the hold is due
+            return
+        with self._cond:
+            self._schedule(hold, hold.due)
+            self._start()
+
+    def remove(self, hold: Hold) -> None:
+        """Stop renewing ``hold``: no renewal starts for it after this returns."""
+        hold.watched = False  # the thread drops it when it comes across it
+
+    def settle(self, leave: Settle) -> None:
+        """Send LEAVE for an attempt whose outcome is unknown, until Redis answers."""
+        parts = leave.backend.parts(leave.keys, leave.script)
+        if parts != [(leave.backend, leave.keys, leave.script)]:  # on each primary, on its own
+            for backend, keys, script in parts:
+                self.settle(Settle(backend, keys, leave.args, script))
+            return
+        with self._cond:
+            if self._leaves >= _MAX_LEAVES:
+                logger.warning("Too many lock attempts to settle; a grant may outlive its caller.")
+                return
+            self._leaves += 1
+            self._schedule(leave, time.monotonic())
+            self._start()
+
+    def _start(self) -> None:
+        """Start the thread unless it runs (called with the lock held)."""
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._run, name="django_redis_lock-watchdog", daemon=True
+            )
+            self._thread.start()
+
+    def _schedule(self, hold: Hold | Settle, when: float) -> None:
+        heapq.heappush(self._due, (when, next(self._order), hold))
+        if when < self._wakes_at:
+            self._cond.notify()
+
+    def _take_incoming(self) -> None:
+        """Move holds added without the lock into the heap (called with the lock held)."""
+        while self._incoming:
+            hold = self._incoming.popleft()
+            if hold.watched:
+                heapq.heappush(self._due, (hold.due, next(self._order), hold))
+        if len(self._due) > self._compact_at:  # mostly released holds, as a rule
+            self._due = [entry for entry in self._due if entry[2].watched]
+            heapq.heapify(self._due)
+            self._compact_at = max(_COMPACT_AT, 2 * len(self._due))
+
+    def _next_batch(self) -> list[Hold | Settle]:
+        """Wait until some holds (or attempts to settle) are due and return them."""
+        with self._cond:
+            while True:
+                self._take_incoming()
+                while self._due and not self._due[0][2].watched:
+                    heapq.heappop(self._due)
+                now = time.monotonic()
+                due = self._due[0][0] if self._due else float("inf")
+                if due > now:
+                    wake = min(due, now + _TICK_SECONDS)
+                    self._wakes_at = wake
+                    self._cond.wait(wake - now)
+                    continue
+                self._wakes_at = float("-inf")  # busy renewing: it looks at the heap again
+                batch = []
+                while self._due and self._due[0][0] <= now:
+                    hold = heapq.heappop(self._due)[2]
+                    if hold.watched:
+                        batch.append(hold)
+                return batch
+
+    def _run(self) -> None:
+        self._ticking = True
+        try:
+            while True:
+                for item in self._next_batch():
+                    if isinstance(item, Settle):
+                        self._leave(item)
+                        continue
+                    try:
+                        self._renew(item)
+                    except Exception as exc:  # a renewal not confirmed, whatever the reason
+                        self._retry(item, exc)
+        finally:  # only a bug ends the loop: the next add starts a new thread
+            self._ticking = False
+            with self._cond:
+                self._thread = None
+
+    def _renew(self, hold: Hold) -> None:
+        if hold.lose() is None:  # the Lock object is gone: let its lease run out
+            self.remove(hold)
+            return
+        sent = time.monotonic()
+        backend, keys = hold.backend, (hold.keys.lock, hold.keys.stats)
+        args = [hold.secret, hold.ttl_ms, "atleast", lock_settings.stats]
+        # With WAIT_REPLICAS a renewal counts once replicas have it: a failover to one that
+        # lacks it would end the hold at its old lease (LockNotReplicated: retried).
+        run = backend.run_acked if backend.wait_replicas else backend.run
+        left = run("extend", keys, args)
+        if not left:
+            self._lose(hold)
+            return
+        with self._cond:
+            hold.renewed(sent, left)
+            if hold.watched:
+                if hold.repeat:
+                    self._schedule(hold, sent + hold.interval)
+                else:
+                    hold.watched = False
+
+    def _retry(self, hold: Hold, exc: Exception) -> None:
+        now = time.monotonic()
+        if now >= hold.lease_end:
+            logger.warning("Could not renew lock %r before its lease ended: %s", hold.name, exc)
+            self._lose(hold)
+            # Redis may still have the hold, renewed (a renewal that replicas did not
+            # acknowledge, a reply lost): give it back once Redis answers, not at its lease end.
+            args = [hold.secret, lock_settings.tombstone_ms]
+            self.settle(Settle(hold.backend, hold.keys, args, "release"))
+            return
+        logger.warning(
+            "Could not renew lock %r (%s); retrying before its lease ends.", hold.name, exc
+        )
+        with self._cond:
+            if hold.watched:
+                delay = min(hold.interval, max(_MIN_RETRY_SECONDS, (hold.lease_end - now) / 2))
+                self._schedule(hold, now + delay)
+
+    def _leave(self, leave: Settle) -> None:
+        now = time.monotonic()
+        away_until = self._away.get(leave.backend, 0.0)
+        if now < away_until < leave.give_up:  # a try on this Redis just failed: wait with it
+            with self._cond:
+                self._schedule(leave, away_until)
+            return
+        try:
+            leave.backend.run(leave.script, leave.keys.all, leave.args)
+        except Exception as exc:
+            # A cluster failing over answers too (CLUSTERDOWN, MOVED): it is still away.
+            answered = isinstance(exc, errors.RESPONSE) and not isinstance(exc, errors.CLUSTER_AWAY)
+            if answered:  # Redis answered: there is nothing to wait for
+                logger.warning("Could not settle an interrupted lock call: %s", exc)
+            elif now < leave.give_up:  # Redis still away (or another library's error)
+                leave.delay = min(leave.delay * 2, _MAX_LEAVE_RETRY_SECONDS)
+                self._away[leave.backend] = now + leave.delay  # one try per Redis meanwhile
+                with self._cond:
+                    self._schedule(leave, now + leave.delay)
+                return
+            else:
+                logger.warning("Gave up settling an interrupted lock call: %s", exc)
+        else:
+            self._away.pop(leave.backend, None)
+        with self._cond:
+            self._leaves -= 1
+
+    def _lose(self, hold: Hold) -> None:
+        with self._cond:
+            if not hold.watched:  # released meanwhile: not a loss
+                return
+            hold.watched = False
+        lose = hold.lose()  # called outside the lock: it sends lock_lost
+        if lose is not None:
+            lose(hold.secret)
