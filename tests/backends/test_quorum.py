@@ -499,22 +499,32 @@ def test_two_aliases_on_one_server_are_refused(
 
 
 @pytest.mark.parametrize(
-    ("cache", "message"),
+    ("cache", "check", "message"),
     [
-        (["q0", "q1"], "at least 3 cache aliases"),
-        (["q0", "q1", "q0"], "more than once"),
-        (["q0", "q1", "nope"], "'nope', which is not an alias in CACHES"),
-        (["q0", "q1", "mem"], "is not a cache locks can use"),
-        (["q0", "q1", "same"], "same Redis server"),
-        (["q0", "q1", "db3"], "same Redis server"),
+        (["q0", "q1"], "django_redis_lock.E012", "at least 3 cache aliases"),
+        (["q0", "q1", "q0"], "django_redis_lock.E012", "more than once"),
+        (["q0", "q1", "nope"], "django_redis_lock.E002", "'nope', which is not an alias in CACHES"),
+        (["q0", "q1", "mem"], "django_redis_lock.E003", "is not a cache locks can use"),
+        (["q0", "q1", "same"], "django_redis_lock.E012", "same Redis server"),
+        (["q0", "q1", "db3"], "django_redis_lock.E012", "same Redis server"),
     ],
 )
 def test_system_checks_refuse_bad_quorums(
-    servers: list[RedisServer], cache: list[str], message: str
+    servers: list[RedisServer], cache: list[str], check: str, message: str
 ) -> None:
     with override_settings(CACHES=bad_quorum_caches(servers), REDIS_LOCK={"CACHE": cache}):
         errors = [m for m in run_checks() if m.id.startswith("django_redis_lock.E")]
-    assert any(message in error.msg for error in errors), errors
+    assert [error.id for error in errors] == [check], errors
+    assert message in errors[0].msg
+
+
+def test_system_checks_say_wait_replicas_does_not_apply_to_a_quorum(
+    quorum: list[redis.Redis],
+) -> None:
+    with override_settings(REDIS_LOCK={"CACHE": list(ALIASES), "WAIT_REPLICAS": 1}):
+        messages = [m for m in run_checks() if m.id.startswith("django_redis_lock")]
+    # only W009: the members' replicas are not checked (W005, W012), a quorum sends no WAIT
+    assert [message.id for message in messages] == ["django_redis_lock.W009"]
 
 
 def test_system_checks_accept_a_quorum(quorum: list[redis.Redis]) -> None:

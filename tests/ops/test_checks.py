@@ -176,3 +176,29 @@ def test_w012_a_socket_timeout_that_wait_timeout_leaves_no_margin(redis_url: str
     assert "django_redis_lock.W012" not in _ids(
         CACHES=caches, REDIS_LOCK={**settings, "WAIT_REPLICAS": 1}
     )
+
+
+def test_the_catalogue_lists_every_id_the_checks_use_and_no_other() -> None:
+    import re
+    from pathlib import Path
+
+    import django_redis_lock
+    from django_redis_lock.checks import CHECKS
+
+    package = Path(django_redis_lock.__file__).parent
+    used = {
+        found
+        for source in package.rglob("*.py")
+        for found in re.findall(r"django_redis_lock\.([EW]\d{3})", source.read_text())
+    }
+    assert used == set(CHECKS)
+
+
+def test_every_id_in_the_catalogue_has_a_test_here() -> None:
+    from pathlib import Path
+
+    from django_redis_lock.checks import CHECKS
+
+    tests = "".join(path.read_text() for path in Path(__file__).parent.parent.rglob("*.py"))
+    untested = [check for check in CHECKS if f"django_redis_lock.{check}" not in tests]
+    assert untested == []

@@ -1,4 +1,5 @@
-"""System checks: a misconfiguration is reported at startup, not as a stack trace later."""
+"""The checks of the caches locks use: their backends and options, each quorum member, and
+what their servers say of themselves (one probe each, with a half-second timeout)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from django.conf import settings
-from django.core.checks import ERROR, CheckMessage, Error, Tags, Warning, register
+from django.core.checks import ERROR, CheckMessage, Error, Warning
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
@@ -21,59 +22,24 @@ from django_redis_lock.backends.servers import (
     probe,
     socket_timeout,
 )
-from django_redis_lock.conf import DEFAULTS
 from django_redis_lock.exceptions import LockUnavailable
 from django_redis_lock.validation import (
-    handover_lease_ms,
-    seconds_to_ms,
-    validate_flag,
-    validate_timeout,
     validate_using,
-    wait_replicas,
 )
 
 _CLUSTER_CACHE = "django_valkey.cluster_cache.cache.ClusterValkeyCache"
 
 
-@register(Tags.caches)
-def check_settings(**kwargs: Any) -> list[CheckMessage]:
-    """Check REDIS_LOCK and the cache it points at (without connecting to Redis)."""
-    configured = getattr(settings, "REDIS_LOCK", None)
-    if configured is None:
-        configured = {}
-    if not isinstance(configured, dict):
-        return [
-            Error(
-                "REDIS_LOCK must be a dict.",
-                hint='For example REDIS_LOCK = {"CACHE": "default", "TIMEOUT": 30}.',
-                id="django_redis_lock.E001",
-            )
-        ]
-    options = {**DEFAULTS, **configured}
-    errors: list[CheckMessage] = [
-        Warning(
-            f"REDIS_LOCK has an unknown key {key!r}.",
-            hint=f"Known keys: {', '.join(sorted(DEFAULTS))}.",
-            id="django_redis_lock.W001",
-        )
-        for key in sorted(set(configured) - set(DEFAULTS))
-    ]
-    errors += _check_values(options)
-    replication = _check_replication(options)
-    # A backend cannot be built with unusable WAIT settings: their error says it all.
-    errors += replication or _check_caches(options)
-    return errors
-
-
-def _check_caches(options: dict[str, Any]) -> list[CheckMessage]:
+def check_caches(options: dict[str, Any]) -> list[CheckMessage]:
     """The cache of REDIS_LOCK['CACHE'], or each of a quorum's, and the quorum itself."""
     cache = options["CACHE"]
     if not isinstance(cache, (list, tuple)):
         return _check_cache(cache)
-    refusal = _refusal(validate_using, cache, "REDIS_LOCK['CACHE']")
-    if refusal:
-        return [_quorum_error(refusal)]
-    errors = [error for alias in cache for error in _check_cache(alias)]
+    why = refusal(validate_using, cache, "REDIS_LOCK['CACHE']")
+    if why:
+        return [_quorum_error(why)]
+    # A quorum sends no WAIT: its members' replicas are not checked (W009 says why).
+    errors = [error for alias in cache for error in _check_cache(alias, replicas=False)]
     if any(error.level >= ERROR for error in errors):
         return errors
     for alias in cache:
@@ -108,18 +74,7 @@ def _quorum_error(message: str) -> CheckMessage:
     )
 
 
-def _check_replication(options: dict[str, Any]) -> list[CheckMessage]:
-    refusal = _refusal(lambda value, what: wait_replicas(value), options["WAIT_REPLICAS"], "")
-    refusal = refusal or _refusal(
-        seconds_to_ms, options["WAIT_TIMEOUT"], "REDIS_LOCK['WAIT_TIMEOUT']"
-    )
-    if not refusal:
-        return []
-    hint = "WAIT_REPLICAS replicas must acknowledge a grant within WAIT_TIMEOUT seconds."
-    return [Error(refusal, hint=hint, id="django_redis_lock.E011")]
-
-
-def _refusal(rule: Callable[[object, str], object], value: object, what: str) -> str | None:
+def refusal(rule: Callable[[object, str], object], value: object, what: str) -> str | None:
     """Why the rule refuses ``value`` (the message lock() would raise), or None."""
     try:
         rule(value, what)
@@ -128,55 +83,7 @@ def _refusal(rule: Callable[[object, str], object], value: object, what: str) ->
     return None
 
 
-def _check_values(options: dict[str, Any]) -> list[CheckMessage]:
-    errors: list[CheckMessage] = []
-    for key, rule in (("TIMEOUT", validate_timeout), ("TOMBSTONE_TIMEOUT", seconds_to_ms)):
-        refusal = _refusal(rule, options[key], f"REDIS_LOCK[{key!r}]")
-        if refusal:
-            errors.append(
-                Error(
-                    refusal,
-                    hint="Locks never live forever: a crashed holder must not block for good.",
-                    id="django_redis_lock.E005",
-                )
-            )
-    refusal = _refusal(lambda value, what: handover_lease_ms(value), options["HANDOVER_LEASE"], "")
-    if refusal:
-        errors.append(
-            Error(
-                refusal,
-                hint="It bounds how long a waiter that died while queued holds up the next.",
-                id="django_redis_lock.E009",
-            )
-        )
-    for key in ("AUTO_RENEW", "RUN_UNLOCKED_IF_UNAVAILABLE", "STATS"):
-        refusal = _refusal(validate_flag, options[key], f"REDIS_LOCK[{key!r}]")
-        if refusal:
-            errors.append(Error(refusal, id="django_redis_lock.E006"))
-    status = options["BUSY_STATUS"]
-    if isinstance(status, bool) or not isinstance(status, int) or not 400 <= status <= 599:
-        errors.append(
-            Error(
-                f"REDIS_LOCK['BUSY_STATUS'] must be an HTTP error status (400-599), "
-                f"not {status!r}.",
-                hint="423 Locked is the default; 409 Conflict and 429 are common choices.",
-                id="django_redis_lock.E008",
-            )
-        )
-    namespace = options["KEY_NAMESPACE"]
-    if not isinstance(namespace, str) or not namespace or set(namespace) & set("{}*?[]\\"):
-        errors.append(
-            Error(
-                f"REDIS_LOCK['KEY_NAMESPACE'] must be a non-empty str without braces or glob "
-                f"characters, not {namespace!r}.",
-                hint="Braces would change the Redis Cluster hash tag of lock keys.",
-                id="django_redis_lock.E007",
-            )
-        )
-    return errors
-
-
-def _check_cache(alias: object) -> list[CheckMessage]:
+def _check_cache(alias: object, *, replicas: bool = True) -> list[CheckMessage]:
     if not isinstance(alias, str) or alias not in settings.CACHES:
         return [
             Error(
@@ -213,8 +120,8 @@ def _check_cache(alias: object) -> list[CheckMessage]:
                 )
             ]
     if subclass_of(backend, _CLUSTER_CACHE):
-        return _check_cluster_timeout(alias, config) + _check_backend(alias)
-    return _check_socket_timeout(alias, config) + _check_backend(alias)
+        return _check_cluster_timeout(alias, config) + _check_backend(alias, replicas)
+    return _check_socket_timeout(alias, config) + _check_backend(alias, replicas)
 
 
 def _check_cluster_timeout(alias: str, config: dict[str, Any]) -> list[CheckMessage]:
@@ -253,7 +160,7 @@ def _check_socket_timeout(alias: str, config: dict[str, Any]) -> list[CheckMessa
     ]
 
 
-def _check_backend(alias: str) -> list[CheckMessage]:
+def _check_backend(alias: str, replicas: bool) -> list[CheckMessage]:
     from django_redis_lock.runtime import runtime
 
     try:
@@ -282,13 +189,13 @@ def _check_backend(alias: str) -> list[CheckMessage]:
                 id="django_redis_lock.W004",
             )
         )
-    return warnings + _check_servers(backend)
+    return warnings + _check_servers(backend, replicas)
 
 
-def _check_servers(backend: Backend) -> list[CheckMessage]:
+def _check_servers(backend: Backend, replicas: bool) -> list[CheckMessage]:
     """What the servers that grant the alias's locks say of themselves (one probe each, with
     a short timeout): W008 for one that does not answer, W010 for one that may evict keys,
-    and the replica checks (W005, W011) against the primary's connected replicas."""
+    and, unless the alias is a quorum's member, the replica checks (W005, W006, W011, W012)."""
     try:
         facts = [probe(name, pool) for name, pool in backend.servers()]
     except Exception as exc:  # a cluster whose nodes cannot be listed now
@@ -301,7 +208,7 @@ def _check_servers(backend: Backend) -> list[CheckMessage]:
     ]
     # Replicas are a single primary's (a cluster refuses WAIT_REPLICAS).
     primary = facts[0] if len(facts) == 1 and facts[0].error is None else None
-    return messages + _check_replicas(backend, primary)
+    return messages + (_check_replicas(backend, primary) if replicas else [])
 
 
 def _unreachable(alias: str, error: str, address: str = "") -> CheckMessage:
