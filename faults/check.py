@@ -9,6 +9,13 @@ a fault's end, or a holder fault's start, to the next section of another worker)
 pause (a stretch with no accepted section in progress that meets a fault) and hangs
 (a worker without a record for longer than a pass may take, faults included, or that did not
 stop when told).
+
+Partitions add: the seconds in which two holders held at once, sections whose token was not
+above the one started before (tokens back), holds the deposed primary granted (sections of the
+old primary's side whose token is from after the cut: all of them discarded with its data), the
+longest stretch meeting the cut in which no worker that follows the sentinels held the lock,
+and how long after the heal the sentinels demoted the old primary. A scenario's ``shows`` are
+checked too.
 """
 
 from __future__ import annotations
@@ -47,6 +54,12 @@ class Result:
     recoveries: list[float | None] = field(default_factory=list)
     pauses: list[float | None] = field(default_factory=list)
     hangs: int = 0
+    two_holders: float = 0.0
+    deposed_grants: int = 0
+    sentinel_out: float | None = None
+    locked_out: bool = False
+    demoted_after: float | None = None
+    missing: list[str] = field(default_factory=list)  # what the scenario shows, not seen
     violations: list[str] = field(default_factory=list)
 
     @property
@@ -67,8 +80,21 @@ def overlapping(sections: list[Section]) -> list[tuple[Section, Section]]:
     return pairs
 
 
-def check(outcome: Outcome) -> Result:
-    """Compute every figure of ``outcome`` and the violations among them."""
+def two_holders(sections: list[Section]) -> float:
+    """The seconds in which at least two sections were in progress at once."""
+    moments = sorted([(s.start, 1) for s in sections] + [(s.end, -1) for s in sections])
+    total, holders, since = 0.0, 0, 0.0
+    for moment, change in moments:
+        if holders >= 2:
+            total += moment - since
+        holders += change
+        since = moment
+    return total
+
+
+def check(outcome: Outcome, *, demand_shows: bool = True) -> Result:
+    """Compute every figure of ``outcome`` and the violations among them; a scenario that did
+    not show what it is there to show fails only with ``demand_shows``."""
     result = Result(outcome)
     store = Store(outcome.store)
     try:
@@ -113,8 +139,51 @@ def check(outcome: Outcome) -> Result:
         result.recoveries.append(min(starts) - after if starts else None)
         result.pauses.append(pause(accepted, fault))
     result.hangs = len(outcome.hung_at_stop) + _gaps(outcome, sections, events)
+    result.two_holders = two_holders(sections)
+    _partition(result, sections)
+    result.missing = sorted(outcome.scenario.shows - _shown(result))
     result.violations = _violations(result)
+    if demand_shows:
+        result.violations += [f"did not show {what}" for what in result.missing]
     return result
+
+
+def _partition(result: Result, sections: list[Section]) -> None:
+    """The figures of a partition: deposed grants, the Sentinel side's wait, the demotion."""
+    outcome = result.outcome
+    cuts = [f for f in outcome.faults if f.kind.startswith("partition-")]
+    if not cuts or not outcome.old_side:
+        return
+    cut = cuts[0]
+    demoted = outcome.marks.get("demoted")
+    # A token is the granting server's clock in microseconds (or one above the last token):
+    # the old primary's side's holds with a token from after the cut were granted after it.
+    # Only the old primary serves that side, and it passed nothing on to the sentinels' side
+    # from the cut on: its demotion discarded them all.
+    cut_us = cut.wall * 1_000_000
+    result.deposed_grants = sum(
+        1 for s in sections if s.worker in outcome.old_side and s.token >= cut_us
+    )
+    followers = [s for s in sections if s.worker not in outcome.old_side]
+    result.sentinel_out = pause(followers, cut)
+    promoted, healed = outcome.marks.get("promoted"), outcome.marks.get("healed", cut.end)
+    # The sentinels' side had a primary, and no lock: no section of theirs started from the
+    # promotion until the heal.
+    result.locked_out = promoted is not None and not any(
+        promoted <= s.start <= healed for s in followers
+    )
+    result.demoted_after = demoted - cut.end if demoted is not None else None
+
+
+def _shown(result: Result) -> set[str]:
+    """What the result shows happening, of what a scenario may be there to show."""
+    shown = {
+        "overlaps": result.overlaps > 0,
+        "lost-updates": result.lost_updates > 0,
+        "deposed-grants": result.deposed_grants > 0,
+        "lockout": result.locked_out,
+    }
+    return {what for what, seen in shown.items() if seen}
 
 
 def pause(accepted: list[Section], fault: Fault) -> float | None:
@@ -222,10 +291,64 @@ def row(result: Result) -> list[str]:
     ]
 
 
+PARTITION_COLUMNS = (
+    "scenario",
+    "cut",
+    "promoted s",
+    "overlaps",
+    "two holders s",
+    "refused",
+    "tokens back",
+    "lost upd.",
+    "deposed grants",
+    "Sentinel side out s",
+    "demoted s",
+    "shows",
+    "verdict",
+)
+
+
+def partition_row(result: Result) -> list[str]:
+    """The partition table's row of a result."""
+    outcome = result.outcome
+    cut = next(f for f in outcome.faults if f.kind.startswith("partition-"))
+    promoted = outcome.marks.get("promoted")
+    shows = sorted(outcome.scenario.shows)
+    return [
+        outcome.scenario.name,
+        f"{cut.kind.removeprefix('partition-')} {cut.end - cut.start:.1f} s",
+        f"{promoted - cut.start:.1f}" if promoted is not None else "-",
+        str(result.overlaps),
+        f"{result.two_holders:.1f}",
+        str(result.refused),
+        str(result.tokens_back),
+        str(result.lost_updates),
+        str(result.deposed_grants),
+        f"{result.sentinel_out:.1f}" if result.sentinel_out is not None else "none",
+        f"{result.demoted_after:.1f}" if result.demoted_after is not None else "not",
+        ", ".join(f"{w} NOT SEEN" if w in result.missing else w for w in shows) or "-",
+        "ok" if result.passed else "FAIL",
+    ]
+
+
+def partitioned(results: list[Result]) -> list[Result]:
+    """The results of partition scenarios."""
+    return [r for r in results if any(f.kind.startswith("partition-") for f in r.outcome.faults)]
+
+
 def table(results: list[Result]) -> str:
-    """A plain-text table of the results, one row per scenario."""
-    rows = [list(COLUMNS), *(row(r) for r in results)]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS))]
+    """Plain-text tables of the results, one row per scenario: every scenario, then the
+    partition figures of the partition scenarios (if any)."""
+    text = _text_table(list(COLUMNS), [row(r) for r in results])
+    cuts = partitioned(results)
+    if cuts:
+        text += "\n\n" + _text_table(list(PARTITION_COLUMNS), [partition_row(r) for r in cuts])
+    return text
+
+
+def _text_table(header: list[str], cells: list[list[str]]) -> str:
+    rows = [header, *cells]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     lines = [
         "  ".join(cell.ljust(width) for cell, width in zip(r, widths, strict=True)) for r in rows
     ]

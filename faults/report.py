@@ -10,8 +10,9 @@ import platform
 import subprocess
 from pathlib import Path
 
-from faults.check import COLUMNS, Result, row
+from faults.check import COLUMNS, PARTITION_COLUMNS, Result, partition_row, partitioned, row
 from faults.scenarios import BLOCKING_TIMEOUT, LEASE, SOCKET_TIMEOUT, WORK, WORKERS
+from faults.topologies import PARTITION_DOWN_AFTER_MS, PARTITION_SENTINELS, SENTINEL_TIMEOUT
 from testproject.redis_server import find_redis_server
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,7 +41,9 @@ at every write, so a restart keeps its locks. The cluster (three primaries with 
 node timeout 1 s) is reached through django-valkey's ``ClusterValkeyCache``. The quorum is five
 independent redis-servers that keep nothing on disk, one django-redis cache alias each, which
 ``REDIS_LOCK["CACHE"]`` lists; a killed one restarts empty once it has been down for longer
-than the lease, as Redlock requires.
+than the lease, as Redlock requires. The partition scenarios cut a Sentinel deployment in two
+with TCP proxies of the suite's own (``faults/proxy.py``, on loopback), and put clients on both
+sides: see `Partitions`_.
 
 Columns: *sections* accepted writes; *refused* writes the fence refused; *overlaps* pairs of
 sections intersecting in time, as the store saw them; *late acc.* writes accepted after another
@@ -52,6 +55,87 @@ end) to the next section of another worker; *pause s* the longest stretch with n
 section in progress that meets a fault (a cluster kill lasts until the cluster is whole
 again); *hangs* a worker silent for longer than a pass may take, faults included, or not
 stopping when told.
+"""
+
+PARTITIONS = f"""\
+Partitions
+----------
+
+Each partition scenario starts a primary, two or three replicas and {PARTITION_SENTINELS}
+sentinels, with the suite's TCP proxy (``faults/proxy.py``: asyncio, in a thread of the
+controller, 127.0.0.1 only) where the partition cuts:
+
+- the sentinels reach the primary only through its proxy (they monitor the proxy's address,
+  and the primary announces it with ``replica-announce-port`` for when it has become a
+  replica), and so do the replicas on the sentinels' side, which replicate through it;
+- a replica *left on the old primary's side* (``left1``) replicates from it directly, and the
+  sentinels reach it through a proxy of its own, which it announces.
+
+Half of the workers use a plain django-redis cache pointed straight at the primary: clients the
+partition leaves with the old primary. The other half follow the sentinels as the README
+configures them (django-redis's ``SentinelClient``, sentinel socket timeout {SENTINEL_TIMEOUT:g} s);
+all of them take the same lock and write the same store. The controller cuts every proxy at
+once, in one of two ways: *reset* (every connection is closed
+with an RST, and new ones are accepted and reset at once) or *hold* (connections stay open but
+nothing passes either way: the proxy stops reading, and new connections are accepted but not
+forwarded). The sentinels flag the primary down and promote a replica on their side; the cut
+lasts the run's partition length in all, then every proxy forwards again (held data first),
+and the controller waits, each wait bounded, until the sentinels have demoted the old primary,
+every replica is in sync and a Sentinel-side worker wrote again. One cut per scenario: the
+demoted primary no longer serves the clients pinned to it. Names: ``r2``/``r3`` replicas,
+``left1`` one of them on the old primary's side, ``reset``/``hold`` the cut, ``wait-N``
+``WAIT_REPLICAS``.
+
+The sentinels flag a server down after {PARTITION_DOWN_AFTER_MS / 1000:g} s: with the other
+Sentinel scenarios' 1 s (Sentinel's ping period) they sometimes flagged the replica they had
+just promoted down and promoted another. They run with ``parallel-syncs`` equal to the
+replicas, so that every replica they
+reach follows the promoted one at once (with the default, one at a time, a replica behind a
+held connection takes the only turn and the others wait for the failover's timeout), and with
+a failover timeout of 2 s while a cut lasts and 600 s otherwise: a sentinel points a replica
+that follows another address than the primary's as the sentinels know it at that address once
+a failover timeout has passed, and the replica left on the old primary's side must keep
+replicating from it directly.
+
+Columns: *cut* how and how long; *promoted s* from the cut until every sentinel named the new
+primary; *two holders s* the seconds in which at least two sections were in progress at once;
+*refused* stale writes the fence refused; *tokens back* sections whose token was not above
+that of the section started before; *deposed grants* sections of the old primary's side whose
+token was granted after the cut (a token is the server's clock in microseconds): holds the old
+primary granted that no replica on the sentinels' side ever had, all discarded when it
+resynchronised from the new primary; *Sentinel side out s* the longest stretch that meets
+the cut in which no worker that follows the sentinels held the lock (it may last past the
+heal); *demoted s* from the heal until the sentinels had made the old primary a replica;
+*shows* what the scenario is there to show
+happening (a long run fails a scenario that did not; a short run reports it): *overlaps*,
+*lost-updates*, *deposed-grants*, and *lockout* (no worker that follows the sentinels started a
+section from the promotion until the heal).
+
+What the figures come from:
+
+- Without ``WAIT_REPLICAS`` both primaries grant from the promotion until the old one is
+  demoted, about 10 s after the heal (the sentinels convert a primary that answers again once
+  it has answered for 8 s, at their next look at it). Fencing hardly separates the two holders:
+  a token is the granting server's clock in microseconds, both primaries run on one clock
+  here, so their tokens interleave in the order of the grants and the store accepts nearly
+  every write of both sides; it refuses one only when a write overtakes one granted later.
+  With a read-then-write the overlapping holders lose updates.
+- With ``WAIT_REPLICAS = 1`` and both replicas on the sentinels' side the old primary has no
+  replica to acknowledge a grant from the cut on (``LockNotReplicated``, given back at once),
+  so the new primary's grants meet no other holder.
+- With three replicas, one left on the old primary's side, ``WAIT_REPLICAS = 1`` is met on both
+  sides; ``WAIT_REPLICAS = 2`` on neither until the heal (hold) or the demotion (reset).
+- With two replicas, one left on the old primary's side, ``WAIT_REPLICAS = 1`` is met only
+  there: the Sentinel side has a primary and no lock, and the old primary's acknowledged grants
+  are discarded at its demotion. A hold it granted a moment before can still be in progress
+  when the new primary's first grant is confirmed (two holders, briefly); and as that grant
+  waited for a replica, its token (the clock when its script ran) can be older than the old
+  primary's last one, so the store refuses its write (*tokens back*, *refused*).
+- A *hold* cut keeps the sentinels' connections open: what they send meanwhile, such as the
+  ``REPLICAOF`` that points the replica left on the old primary's side at the new one, may be
+  delivered at the heal, and that replica then leaves the old primary at once. After a *reset*
+  cut it stays with the old primary until the old primary is demoted, which grants
+  acknowledged holds until then.
 """
 
 EXPLAINED = """\
@@ -158,6 +242,8 @@ def _scenarios(results: list[Result]) -> str:
         if scenario.lease != LEASE:
             options.append(f"lease {scenario.lease:g} s")
         seen = "as promised" if result.passed else "VIOLATED: " + "; ".join(result.violations)
+        if result.missing:
+            seen += f" (not seen: {', '.join(result.missing)})"
         recoveries = ", ".join(f"{r:.2f}" if r is not None else "none" for r in result.recoveries)
         pauses = ", ".join(f"{p:.2f}" for p in result.pauses if p is not None)
         lines += [
@@ -168,29 +254,62 @@ def _scenarios(results: list[Result]) -> str:
             f"{result.late_accepted} late writes accepted, {result.lost_updates} lost updates, "
             f"{result.unavailable} LockUnavailable ({result.not_replicated} not replicated), "
             f"{result.busy} busy, {result.lost} lost holds, recovery {recoveries} s, "
-            f"pauses {pauses} s: {seen}.",
+            f"pauses {pauses} s{_partition_seen(result)}: {seen}.",
             "",
         ]
     return "\n".join(lines)
 
 
-def write(results: list[Result], *, short: bool, freeze: float, skipped: dict[str, str]) -> Path:
+def _partition_seen(result: Result) -> str:
+    """The partition figures of a result's "Seen", or nothing for other scenarios."""
+    if not partitioned([result]):
+        return ""
+    out = "none" if result.sentinel_out is None else f"{result.sentinel_out:.1f} s"
+    demoted = "not" if result.demoted_after is None else f"{result.demoted_after:.1f} s"
+    return (
+        f", {result.two_holders:.1f} s of two holders, {result.tokens_back} tokens back, "
+        f"{result.deposed_grants} deposed grants, Sentinel side out {out}, demoted {demoted} "
+        "after the heal"
+    )
+
+
+def _partition_table(results: list[Result]) -> str:
+    cuts = partitioned(results)
+    if not cuts:
+        return ""
+    title = "Partition figures (the wiring and the columns: `Partitions`_):"
+    lines = [title, "", ".. list-table::", "   :header-rows: 1", ""]
+    for cells in [list(PARTITION_COLUMNS), *(partition_row(r) for r in cuts)]:
+        lines.append(f"   * - {cells[0]}")
+        lines.extend(f"     - {cell}" for cell in cells[1:])
+    return "\n".join([*lines, ""])
+
+
+def write(
+    results: list[Result], *, short: bool, freeze: float, cut: float, skipped: dict[str, str]
+) -> Path:
     """Write docs/faults.rst from ``results``; its path."""
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    run = "short run (CI's scenarios, one fault each)" if short else "long run (three faults each)"
+    run = (
+        "short run (CI's scenarios, one fault each)"
+        if short
+        else "long run (three faults each, one partition each)"
+    )
     machine = f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores"
     parts = [
         INTRO,
         "This run",
         "--------",
         "",
-        f"{now}, {run}, Redis freeze {freeze:g} s; {machine}; {_versions()}.",
+        f"{now}, {run}, Redis freeze {freeze:g} s, partitions {cut:g} s; {machine}; {_versions()}.",
         *(f"Not run: the {name} scenarios ({why})." for name, why in skipped.items()),
         "",
         _table(results),
         "",
+        _partition_table(results),
         _scenarios(results),
         EXPLAINED,
+        PARTITIONS,
     ]
     PATH.write_text("\n".join(parts))
     return PATH

@@ -27,6 +27,7 @@ from faults.store import FENCED, READ_WRITE, Fault, Store, create
 from faults.topologies import (
     TOPOLOGIES,
     Cluster,
+    Partition,
     Quorum,
     QuorumHold,
     Sentinel,
@@ -82,6 +83,14 @@ QUORUM_PAUSE = 0.5
 # While one primary is stopped: a release and the next acquire (another process, which has
 # not yet learnt to skip it) may each wait for the socket timeout; slack.
 QUORUM_FREEZE_PAUSE = 2 * QUORUM_SOCKET_TIMEOUT + 0.5
+# How long a partition lasts (from the cut to the heal), short run and long run: long enough for
+# the sentinels to promote a replica (down-after 1.5 s: 2.6-3.5 s after the cut here) and for
+# the clients that follow them to work on it a while.
+SHORT_CUT = 6.0
+LONG_CUT = 9.0
+# After the heal: for a section of a worker that follows the sentinels, once the old primary
+# has been demoted (or was not within the topology's bound).
+REJOIN_TIMEOUT = 20.0
 
 
 @dataclass(frozen=True)
@@ -105,6 +114,12 @@ class Scenario:
     short: bool = True
     # The lock's timeout in the workers.
     lease: float = LEASE
+    # What the scenario is there to show happening (an unsafe setting's effect): "overlaps",
+    # "lost-updates", "deposed-grants" (holds granted by the old primary after a cut, all
+    # discarded when it is demoted), "lockout" (the Sentinel side got no lock from the
+    # promotion of a new primary until the heal). A long run fails a scenario that did not
+    # show them; a short run only says so.
+    shows: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -117,7 +132,117 @@ class Outcome:
     hung_at_stop: list[int] = field(default_factory=list)  # pids that did not stop when told
     seconds: float = 0.0
     counter: tuple[int, int] = (0, 0)
+    # Partitions: the workers of the old primary's side, and when (monotonic) the sentinels
+    # named a new primary ("promoted"), the proxies forwarded again ("healed") and the old
+    # primary became a replica ("demoted").
+    old_side: frozenset[int] = frozenset()
+    marks: dict[str, float] = field(default_factory=dict)
 
+
+TWO_PRIMARIES = (
+    "a partition cuts the old primary off the sentinels, which promote a replica: the clients "
+    "left with the old primary are granted locks there while the clients that follow the "
+    "sentinels are granted them by the new one"
+)
+
+
+def partition(
+    name: str, topology: str, mode: str, wait_replicas: int, promise: str, **options: Any
+) -> Scenario:
+    """A partition scenario: one cut ("reset" or "hold"), then the heal."""
+    return Scenario(
+        name,
+        topology,
+        f"partition-{mode}",
+        promise,
+        wait_replicas=wait_replicas,
+        short=options.pop("short", False),
+        **options,
+    )
+
+
+PARTITION_SCENARIOS = [
+    *(
+        partition(
+            f"partition-{mode}-wait-0",
+            "partition-r2-left0",
+            mode,
+            0,
+            f"{TWO_PRIMARIES}: without WAIT_REPLICAS two holders overlap until the old primary "
+            "is demoted, after the heal; fencing refuses a write only when its token is below "
+            "one accepted already, and the two primaries' tokens come from one clock: most "
+            "writes of both holders are accepted",
+            allows=frozenset({"overlaps"}),
+            shows=frozenset({"overlaps", "deposed-grants"}),
+        )
+        for mode in ("reset", "hold")
+    ),
+    partition(
+        "partition-reset-wait-0-read-write",
+        "partition-r2-left0",
+        "reset",
+        0,
+        f"{TWO_PRIMARIES}: without WAIT_REPLICAS two holders overlap; a read-then-write loses "
+        "updates that fencing cannot refuse",
+        variant=READ_WRITE,
+        allows=frozenset({"overlaps", "lost-updates"}),
+        shows=frozenset({"overlaps", "lost-updates"}),
+    ),
+    *(
+        partition(
+            f"partition-{mode}-wait-1",
+            "partition-r2-left0",
+            mode,
+            1,
+            "with WAIT_REPLICAS=1 and both replicas on the sentinels' side, the old primary "
+            "grants nothing once cut off (no replica acknowledges): no two holders",
+            short=True,
+        )
+        for mode in ("reset", "hold")
+    ),
+    *(
+        partition(
+            f"partition-r3-left1-{mode}-wait-1",
+            "partition-r3-left1",
+            mode,
+            1,
+            "with three replicas, one left on the old primary's side, WAIT_REPLICAS=1 is met on "
+            "both sides: two holders overlap (the README's rule: WAIT_REPLICAS must exceed the "
+            "replicas that can stay with the old primary)",
+            allows=frozenset({"overlaps"}),
+            shows=frozenset({"overlaps", "deposed-grants"}),
+        )
+        for mode in ("reset", "hold")
+    ),
+    *(
+        partition(
+            f"partition-r3-left1-{mode}-wait-2",
+            "partition-r3-left1",
+            mode,
+            2,
+            "with three replicas, one left on the old primary's side, WAIT_REPLICAS=2 is met on "
+            "neither side while the cut lasts: no two holders, and no locks until the heal",
+            shows=frozenset({"lockout"}),
+        )
+        for mode in ("reset", "hold")
+    ),
+    *(
+        partition(
+            f"partition-r2-left1-{mode}-wait-1",
+            "partition-r2-left1",
+            mode,
+            1,
+            "with two replicas, one left on the old primary's side, WAIT_REPLICAS=1 is met "
+            "only there while the cut lasts: the old primary grants acknowledged holds that "
+            "its demotion discards, and the Sentinel side gets no lock; a hold the old primary "
+            "granted just before the heal (or its demotion) can still run when the new one "
+            "grants the lock: two holders for a moment",
+            allows=frozenset({"overlaps"}),
+            shows=frozenset({"deposed-grants", "lockout"}),
+        )
+        for mode in ("reset", "hold")
+    ),
+]
 
 PAUSED_HOLDER = (
     "a holder can pause past its lease and write while the next holder writes too; fencing "
@@ -280,6 +405,7 @@ SCENARIOS = [
         short=False,
         lease=STOPPED_HOLDER_LEASE,
     ),
+    *PARTITION_SCENARIOS,
 ]
 
 
@@ -298,11 +424,19 @@ def wait_for(condition: Callable[[], Any], timeout: float, what: str) -> Any:
 class Run:
     """One scenario being played: its topology, store, workers and fault log."""
 
-    def __init__(self, scenario: Scenario, directory: Path, repeats: int, freeze: float):
+    def __init__(
+        self,
+        scenario: Scenario,
+        directory: Path,
+        repeats: int,
+        freeze: float,
+        cut: float = LONG_CUT,
+    ):
         self.scenario = scenario
         self.directory = directory
         self.repeats = repeats
         self.freeze = freeze
+        self.cut = cut
         self.topology: Topology = TOPOLOGIES[scenario.topology]()
         if isinstance(self.topology, Quorum):
             self.topology.restart_after = scenario.lease + RESTART_MARGIN
@@ -310,7 +444,8 @@ class Run:
         self.stop_file = directory / "stop"
         self.workers: dict[int, subprocess.Popen[bytes]] = {}
         self.faults: list[Fault] = []
-        self.env: dict[str, str] = {}
+        self.envs: dict[int, dict[str, str]] = {}
+        self.marks: dict[str, float] = {}
 
     # -- workers -------------------------------------------------------------------------------
 
@@ -322,7 +457,7 @@ class Run:
         with log:
             self.workers[index] = subprocess.Popen(
                 [sys.executable, str(WORKER), str(self.store_path), str(index), *map(str, args)],
-                env=self.env,
+                env=self.envs[index],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -385,6 +520,8 @@ class Run:
             "quorum-primary-kill": self._kill_quorum_primaries,
             "quorum-primary-freeze": self._freeze_quorum_primary,
             "quorum-restart-after-ttl": self._restart_quorum_primary,
+            "partition-reset": self._partition,
+            "partition-hold": self._partition,
         }
         start, detail, victim = plays[kind]()
         end = time.monotonic()
@@ -548,6 +685,55 @@ class Run:
         )
         return start, detail, None
 
+    def _partition(self) -> tuple[float, str, int | None]:
+        """Cut every proxy of the partition topology ("reset" or "hold"), wait (bounded) until
+        the sentinels promoted a replica, keep the cut for ``self.cut`` s in all, heal it."""
+        topology = self.topology
+        assert isinstance(topology, Partition)
+        mode = self.scenario.fault.removeprefix("partition-")
+        start = time.monotonic()
+        topology.cut(mode)
+        try:
+            new = topology.wait_promoted()
+            self.marks["promoted"] = topology.promoted_at
+            time.sleep(max(0.0, start + self.cut - time.monotonic()))  # the fault itself
+        finally:
+            topology.reconnect()
+            self.marks["healed"] = topology.healed_at
+        promoted = self.marks["promoted"] - start
+        detail = (
+            f"{topology.describe()}: a {mode} cut of {time.monotonic() - start:.1f} s; the "
+            f"sentinels promoted {new.port} {promoted:.1f} s into it"
+        )
+        if topology.repromoted:
+            detail += ", after another replica they had promoted first"
+        return start, detail, None
+
+    def _rejoin(self, store: Store, fault: Fault) -> None:
+        """After a partition's heal: wait (bounded) until the sentinels demoted the old
+        primary, every replica is in sync, and a worker that follows the sentinels has
+        written again; note when the old primary was demoted."""
+        topology = self.topology
+        assert isinstance(topology, Partition)
+        demoted = topology.wait_demoted()
+        if demoted is not None:
+            self.marks["demoted"] = demoted
+        with contextlib.suppress(TimeoutError):  # the checker reports what did not recover
+            topology.wait_whole()
+        since = max(fault.end, demoted or 0.0)
+        sentinel_side = [i for i in self.workers if not topology.old_side(i)]
+
+        def written() -> bool:
+            row = store.connection.execute(
+                "SELECT 1 FROM sections WHERE accepted AND start >= ? AND worker IN "
+                f"({', '.join('?' * len(sentinel_side))}) LIMIT 1",
+                (since, *sentinel_side),
+            ).fetchone()
+            return row is not None
+
+        with contextlib.suppress(RuntimeError):
+            wait_for(written, REJOIN_TIMEOUT, "a section on the Sentinel side")
+
     # -- the run -------------------------------------------------------------------------------
 
     def play(self) -> Outcome:
@@ -561,12 +747,13 @@ class Run:
         try:
             s = self.scenario
             settings = self.topology.settings(s.socket_timeout, s.wait_replicas)
-            self.env = {
-                **os.environ,
-                "DJANGO_SETTINGS_MODULE": "faults.settings",
-                "FAULTS_SETTINGS": json.dumps(settings),
-                "PYTHONPATH": str(ROOT),
-            }
+            for index in range(WORKERS):
+                self.envs[index] = {
+                    **os.environ,
+                    "DJANGO_SETTINGS_MODULE": "faults.settings",
+                    "FAULTS_SETTINGS": json.dumps(self.worker_settings(index)),
+                    "PYTHONPATH": str(ROOT),
+                }
             with override_settings(**settings):
                 for index in range(WORKERS):
                     self.spawn(index)
@@ -578,8 +765,27 @@ class Run:
             self.topology.stop()
         outcome = Outcome(s, self.store_path, self.faults, hung, time.monotonic() - started)
         outcome.counter = store.counter()
+        outcome.marks = self.marks
+        if isinstance(self.topology, Partition):
+            outcome.old_side = frozenset(filter(self.topology.old_side, range(WORKERS)))
         store.close()
         return outcome
+
+    def _both_sides(self, store: Store, since: float) -> bool:
+        """Whether workers of both sides of a partition wrote since ``since``."""
+        assert isinstance(self.topology, Partition)
+        rows = store.connection.execute(
+            "SELECT DISTINCT worker FROM sections WHERE accepted AND start >= ?", (since,)
+        )
+        sides = {self.topology.old_side(row[0]) for row in rows}
+        return sides == {True, False}
+
+    def worker_settings(self, index: int) -> dict[str, Any]:
+        """Worker ``index``'s settings: those of its side of a partition, else everyone's."""
+        s = self.scenario
+        if isinstance(self.topology, Partition):
+            return self.topology.worker_settings(index, s.socket_timeout, s.wait_replicas)
+        return self.topology.settings(s.socket_timeout, s.wait_replicas)
 
     def _faults(self, store: Store) -> None:
         def sections_since(moment: float, besides: int | None = None) -> bool:
@@ -591,10 +797,13 @@ class Run:
 
         ready = time.monotonic()
         wait_for(lambda: sections_since(ready - START_TIMEOUT), START_TIMEOUT, "a first section")
-        for _ in range(self.repeats):
+        partitioned = isinstance(self.topology, Partition)
+        for _ in range(1 if partitioned else self.repeats):  # one partition: it demotes P
             steady = time.monotonic()
             before = partial(sections_since, steady)
             wait_for(before, RECOVERY_TIMEOUT, "sections before a fault")
+            if partitioned:  # and of both sides
+                wait_for(partial(self._both_sides, store, steady), RECOVERY_TIMEOUT, "both sides")
             fault, victim = self.inject()
             self.faults.append(fault)
             store.fault(fault.kind, fault.start, fault.end, fault.detail)
@@ -602,6 +811,8 @@ class Run:
             with contextlib.suppress(RuntimeError):  # the checker reports a missing recovery
                 wait_for(after, RECOVERY_TIMEOUT, "recovery")
             self.topology.heal()
+            if partitioned:
+                self._rejoin(store, fault)
         time.sleep(1.0)  # a last second of normal work after the last recovery
 
 
