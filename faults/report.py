@@ -1,4 +1,4 @@
-"""docs/faults.rst: the fault suite's figures, what the README promises and what was seen."""
+"""docs/faults.rst: the fault suite's figures, what the documentation promises and what was seen."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ Fault-injection suite
 =====================
 
 Written by ``python3 dev.py faults --write``; ``bash .ci/run`` runs ``python3 dev.py faults
---short``, which fails on anything the README does not allow. Each scenario starts its own
+--short``, which fails on anything the documentation does not allow. Each scenario starts its own
 Redis deployment on loopback ports and a SQLite store in a temporary directory; {WORKERS} worker
 processes loop on ``with lock("faults:counter", timeout={LEASE:g}, blocking_timeout=\
 {BLOCKING_TIMEOUT:g})``, work {WORK:g} s inside the section and write the store with the hold's
@@ -72,7 +72,7 @@ controller, 127.0.0.1 only) where the partition cuts:
   sentinels reach it through a proxy of its own, which it announces.
 
 Half of the workers use a plain django-redis cache pointed straight at the primary: clients the
-partition leaves with the old primary. The other half follow the sentinels as the README
+partition leaves with the old primary. The other half follow the sentinels as the documentation
 configures them (django-redis's ``SentinelClient``, sentinel socket timeout {SENTINEL_TIMEOUT:g} s);
 all of them take the same lock and write the same store. The controller cuts every proxy at
 once, in one of two ways: *reset* (every connection is closed
@@ -139,8 +139,8 @@ What the figures come from:
 """
 
 EXPLAINED = """\
-What fencing protects, and why the README's example uses ``F()``
------------------------------------------------------------------
+What fencing protects, and why the documentation's example uses ``F()``
+-----------------------------------------------------------------------
 
 In the holder-stop scenarios the worker holding the lock is stopped (SIGSTOP) until just past
 the end of its lease, so the next worker takes the lock and starts its section; then the

@@ -3,8 +3,8 @@
 Each scenario starts its own Redis deployment on loopback ports and a SQLite store in a
 temporary directory, runs worker processes that take one lock and write the store under it
 (faults/worker.py), injects its fault (faults/scenarios.py), and checks what the store
-recorded against what the README promises (faults/check.py). Prints a table; with --write,
-writes docs/faults.rst. Exits 1 when any scenario saw what the README does not allow.
+recorded against what the documentation promises (faults/check.py). Prints a table; with --write,
+writes docs/faults.rst. Exits 1 when any scenario saw what the documentation does not allow.
 
     --short   the scenarios marked short, one fault each, a 3 s Redis freeze and 6 s
               partitions (CI: about two minutes and a quarter); scenarios named on the command

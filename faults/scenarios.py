@@ -95,7 +95,7 @@ REJOIN_TIMEOUT = 20.0
 
 @dataclass(frozen=True)
 class Scenario:
-    """One fault against one topology, and what the README promises about it."""
+    """One fault against one topology, and what the documentation promises about it."""
 
     name: str
     topology: str
@@ -104,7 +104,7 @@ class Scenario:
     variant: str = FENCED
     socket_timeout: float | None = SOCKET_TIMEOUT
     wait_replicas: int = 0
-    # What the README allows here: "overlaps" (two holders at once), "lost-updates".
+    # What the documentation allows here: "overlaps" (two holders at once), "lost-updates".
     allows: frozenset[str] = frozenset()
     # Seconds from the fault's end (a holder's: its start) to the next section, at most.
     max_recovery: float | None = None
@@ -207,7 +207,7 @@ PARTITION_SCENARIOS = [
             mode,
             1,
             "with three replicas, one left on the old primary's side, WAIT_REPLICAS=1 is met on "
-            "both sides: two holders overlap (the README's rule: WAIT_REPLICAS must exceed the "
+            "both sides: two holders overlap (the rule of the docs: WAIT_REPLICAS must exceed the "
             "replicas that can stay with the old primary)",
             allows=frozenset({"overlaps"}),
             shows=frozenset({"overlaps", "deposed-grants"}),
@@ -286,7 +286,7 @@ SCENARIOS = [
         "single",
         "redis-freeze",
         "without a socket timeout calls wait for Redis; it serves them when it is back; a "
-        "freeze longer than the lease can leave two holders (README, W003): fencing refuses "
+        "freeze longer than the lease can leave two holders (docs, W003): fencing refuses "
         "the stale write",
         socket_timeout=None,
         allows=frozenset({"overlaps"}),

@@ -148,7 +148,7 @@ def sentinel_settings(
 ) -> dict[str, Any]:
     """Settings of clients that find the primary through ``sentinels`` (django-redis's
     SentinelClient); ``sentinel_timeout``: the socket timeout of their calls to the
-    sentinels (SENTINEL_KWARGS), as the README's example sets it."""
+    sentinels (SENTINEL_KWARGS), as the documentation's example sets it."""
     options = {
         "CLIENT_CLASS": "django_redis.client.SentinelClient",
         "CONNECTION_POOL_CLASS": "redis.sentinel.SentinelConnectionPool",
@@ -171,7 +171,7 @@ def sentinel_settings(
 
 class Cluster:
     """Three primaries with a replica each (testproject.cluster.ClusterTopology), reached
-    through django-valkey's ClusterValkeyCache as the README configures it.
+    through django-valkey's ClusterValkeyCache as the documentation configures it.
 
     Redis's default ``cluster-require-full-coverage yes`` makes every node refuse commands
     (CLUSTERDOWN) while any slot has no primary; ``full_coverage=False`` sets it to ``no`` on
@@ -244,7 +244,7 @@ class Cluster:
         cache = {
             "BACKEND": "django_valkey.cluster_cache.cache.ClusterValkeyCache",
             "LOCATION": self.cluster.url.replace("redis://", "valkey://"),
-            # The cluster cache passes only these to its client (README, Redis Cluster).
+            # The cluster cache passes only these to its client (docs, Redis Cluster).
             "OPTIONS": {"BASE_CLIENT_KWARGS": timeouts},
         }
         return {"CACHES": {CACHE: cache}, "REDIS_LOCK": lock_settings(wait_replicas)}
@@ -384,7 +384,7 @@ class Quorum:
 
 
 # The sentinels of a partition topology, and the socket timeout of the clients' calls to them
-# (SENTINEL_KWARGS), as the README's example sets it.
+# (SENTINEL_KWARGS), as the documentation's example sets it.
 PARTITION_SENTINELS = 3
 SENTINEL_TIMEOUT = 0.5
 # How long the sentinels wait before they flag a server down. With the other Sentinel
@@ -423,7 +423,7 @@ class Partition:
     replicas left with it on one side; the sentinels, the other replicas and the clients that
     follow the sentinels on the other. The clients of the old primary's side (workers of an
     even index) use a plain django-redis cache pointed straight at it, as clients the partition
-    left with it would; the others follow the sentinels as the README configures them.
+    left with it would; the others follow the sentinels as the documentation configures them.
     """
 
     service = "mymaster"

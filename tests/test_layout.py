@@ -15,7 +15,10 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parent.parent / "django_redis_lock"
+import django_redis_lock
+
+# The package imported (the checkout's, or the one installed from an sdist under test).
+PACKAGE = Path(django_redis_lock.__file__).resolve().parent
 NAME = PACKAGE.name
 
 #: The layers, bottom first: a module may import its own layer's and those below, never above.

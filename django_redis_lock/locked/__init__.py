@@ -55,7 +55,7 @@ def locked(
     """Run the decorated view, function or task only while holding the lock ``name``.
 
     ``name`` is a constant, a template formatted from the call's bound arguments
-    (``"invoice:{invoice_id}"``, ``"user:{request.user.pk}"``; a view's URL kwargs count as
+    (``"invoice:{invoice_id}"``, ``"import:user:{request.user.pk}"``; a view's URL kwargs count as
     arguments; :mod:`django_redis_lock.naming` says how values are escaped and which fields are
     refused), or a callable receiving the call's arguments. ``blocking_timeout`` (default 0:
     never tie up a worker) is how long to wait for a busy lock. When it stays busy, views answer

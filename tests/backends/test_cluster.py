@@ -26,6 +26,7 @@ from django_redis_lock.backends.cluster import ClusterLockBackend
 from django_redis_lock.runtime import runtime
 from testproject.cluster import ClusterTopology
 from testproject.topology import call
+from tests.docs.examples import example_settings
 from tests.helpers import (
     SyncDriver,
     doctor,
@@ -43,22 +44,16 @@ CHANGELIST = "/admin/django_redis_lock/lock/"
 
 
 def cluster_caches(url: str) -> dict[str, Any]:
-    """The "default" alias on the cluster, configured as the README shows."""
-    return {
-        "default": {
-            "BACKEND": "django_valkey.cluster_cache.cache.ClusterValkeyCache",
-            "LOCATION": url.replace("redis://", "valkey://"),
-            "KEY_PREFIX": "app",
-            "OPTIONS": {
-                "BASE_CLIENT_KWARGS": {"socket_timeout": 1, "socket_connect_timeout": 1},
-            },
-        }
-    }
+    """The "default" alias on the cluster: the documentation's "locks" alias (its example
+    settings_cluster.py, with the test cluster's address)."""
+    found = example_settings("settings_cluster", {"10.0.0.1:6379": url.partition("://")[2]})
+    assert found["REDIS_LOCK"] == {"CACHE": "locks"}
+    return {"default": found["CACHES"]["locks"]}
 
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[ClusterTopology]:
-    # As the README advises: the other primaries serve on while a failed one's slots wait.
+    # As the documentation advises: the other primaries serve on while a failed one's slots wait.
     with ClusterTopology(full_coverage=False) as started:
         yield started
 

@@ -18,6 +18,7 @@ from django.test.utils import override_settings
 
 from django_redis_lock import Lock, LockNotReplicated, lock
 from testproject.redis_server import RedisServer, RedisServerGroup, find_redis_server
+from tests.docs.examples import SENTINELS, example_settings
 from tests.helpers import (
     CountingConnection,
     SyncDriver,
@@ -195,18 +196,9 @@ def test_checks_report_missing_replicas_and_bad_settings(pair: Pair) -> None:
 
 
 def test_a_sentinel_alias_without_wait_replicas_is_warned_about() -> None:
-    caches = {
-        "default": {
-            "BACKEND": "django.core.cache.backends.redis.RedisCache",
-            "LOCATION": "redis://mymaster/0",
-            "OPTIONS": {
-                "pool_class": "redis.sentinel.SentinelConnectionPool",
-                "service_name": "mymaster",
-                "sentinel_manager": redis.sentinel.Sentinel([("127.0.0.1", 1)]),
-            },
-        }
-    }
-    with override_settings(CACHES=caches):
+    # The documentation's Sentinel setup, with no sentinel to answer.
+    caches = example_settings("settings_sentinel_builtin", {SENTINELS: '[("127.0.0.1", 1)]'})
+    with override_settings(CACHES=caches["CACHES"]):
         with override_settings(REDIS_LOCK={}):
             assert "django_redis_lock.W006" in {message.id for message in run_checks()}
         with override_settings(REDIS_LOCK={"WAIT_REPLICAS": 1}):

@@ -20,11 +20,11 @@ from django.core.checks import run_checks
 from django.core.management import call_command
 from django.test import Client
 from django.test.utils import override_settings
-from redis.sentinel import Sentinel
 
 from django_redis_lock import LockError, LockUnavailable, get_lock_manager, lock
 from django_redis_lock.runtime import runtime
 from testproject.topology import SentinelTopology
+from tests.docs.examples import SENTINELS, example_settings
 from tests.helpers import (
     SyncDriver,
     doctor,
@@ -44,50 +44,18 @@ CHANGELIST = "/admin/django_redis_lock/lock/"
 
 
 def sentinel_caches(sentinels: list[tuple[str, int]], kind: str) -> dict[str, Any]:
-    """The "default" alias on Sentinel, configured as the README shows."""
-    if kind == "django-redis":
-        return {
-            "default": {
-                "BACKEND": "django_redis.cache.RedisCache",
-                "LOCATION": f"redis://{SERVICE}/0",
-                "OPTIONS": {
-                    "CLIENT_CLASS": "django_redis.client.SentinelClient",
-                    "CONNECTION_FACTORY": "django_redis.pool.SentinelConnectionFactory",
-                    "SENTINELS": sentinels,
-                    "SENTINEL_KWARGS": {"socket_timeout": 0.5},
-                    "SOCKET_CONNECT_TIMEOUT": 1,
-                    "SOCKET_TIMEOUT": 2,
-                },
-            }
-        }
-    if kind == "django-valkey":
-        return {
-            "default": {
-                "BACKEND": "django_valkey.cache.ValkeyCache",
-                "LOCATION": f"valkey://{SERVICE}/0",
-                "OPTIONS": {
-                    "CLIENT_CLASS": "django_valkey.client.SentinelClient",
-                    "CONNECTION_FACTORY": "django_valkey.pool.SentinelConnectionFactory",
-                    "SENTINELS": sentinels,
-                    "SENTINEL_KWARGS": {"socket_timeout": 0.5},
-                    "SOCKET_CONNECT_TIMEOUT": 1,
-                    "SOCKET_TIMEOUT": 2,
-                },
-            }
-        }
-    return {
-        "default": {
-            "BACKEND": "django.core.cache.backends.redis.RedisCache",
-            "LOCATION": f"redis://{SERVICE}/0",
-            "OPTIONS": {
-                "pool_class": "redis.sentinel.SentinelConnectionPool",
-                "service_name": SERVICE,
-                "sentinel_manager": Sentinel(sentinels, sentinel_kwargs={"socket_timeout": 0.5}),
-                "socket_connect_timeout": 1,
-                "socket_timeout": 2,
-            },
-        }
+    """The "default" alias on Sentinel, configured as the documentation shows (its examples
+    settings_sentinel_*.py, with the test topology's addresses)."""
+    example = {
+        "builtin": "settings_sentinel_builtin",
+        "django-redis": "settings_sentinel_django_redis",
     }
+    found = example_settings(
+        example.get(kind, "settings_sentinel_valkey"),
+        {SENTINELS: repr(sentinels), "mymaster": SERVICE},
+    )
+    assert found["REDIS_LOCK"] == {"WAIT_REPLICAS": 1}
+    return {"default": found["CACHES"]["default"]}
 
 
 @pytest.fixture(scope="module")

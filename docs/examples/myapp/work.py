@@ -1,0 +1,33 @@
+"""Stand-ins for the work the examples protect."""
+
+from __future__ import annotations
+
+from myapp import record
+
+
+def charge_invoice(invoice_id: int) -> None:
+    record("charge_invoice", invoice_id)
+
+
+async def acharge_invoice(invoice_id: int) -> None:
+    record("acharge_invoice", invoice_id)
+
+
+def build_report() -> None:
+    record("build_report")
+
+
+async def refresh_feed() -> None:
+    record("refresh_feed")
+
+
+def import_contacts_of(user: object) -> None:
+    record("import_contacts_of", user)
+
+
+def sync_customer_data(customer_id: int) -> None:
+    record("sync_customer_data", customer_id)
+
+
+def rebuild_index() -> None:
+    record("rebuild_index")
