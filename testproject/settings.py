@@ -6,7 +6,9 @@ one and export its URL; run by hand, the project expects a Redis on 127.0.0.1:63
 
 from __future__ import annotations
 
+import json
 import os
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -73,6 +75,8 @@ DATABASES = {
         "ENGINE": "django.db.backends.sqlite3",
         # TESTPROJECT_DB: another SQLite file, or ":memory:" (the benchmark uses that).
         "NAME": os.environ.get("TESTPROJECT_DB") or VAR_DIR / "testproject.sqlite3",
+        # A file, not memory: the tests' task workers (django-tasks-db's db_worker) share it.
+        "TEST": {"NAME": VAR_DIR / "test-testproject.sqlite3"},
     }
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
@@ -151,6 +155,20 @@ CELERY_RESULT_BACKEND = os.environ.get("CELERY_RESULT_BACKEND", CELERY_BROKER_UR
 CELERY_TASK_TRACK_STARTED = True
 
 REDIS_LOCK: dict[str, Any] = {"CACHE": list(build_quorum_caches(QUORUM_URLS)) or "default"}
+# For the workers the tests start on other topologies: cache aliases and REDIS_LOCK keys (JSON).
+CACHES.update(json.loads(os.environ.get("TESTPROJECT_CACHES") or "{}"))
+REDIS_LOCK.update(json.loads(os.environ.get("TESTPROJECT_REDIS_LOCK") or "{}"))
+
+# Django's tasks (testproject.jobs): django.tasks on Django 6.0+, else the django-tasks backport,
+# when installed; and django-tasks-db's DatabaseBackend ("db"), whose db_worker the tests run.
+TASKS_FRAMEWORK = next((name for name in ("django.tasks", "django_tasks") if find_spec(name)), None)
+if TASKS_FRAMEWORK is not None:
+    if TASKS_FRAMEWORK == "django_tasks":
+        INSTALLED_APPS.append("django_tasks")
+    TASKS = {"default": {"BACKEND": f"{TASKS_FRAMEWORK}.backends.immediate.ImmediateBackend"}}
+    if find_spec("django_tasks_db"):
+        INSTALLED_APPS.append("django_tasks_db")
+        TASKS["db"] = {"BACKEND": "django_tasks_db.DatabaseBackend"}
 
 LOGGING = {
     "version": 1,

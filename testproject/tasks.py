@@ -1,16 +1,14 @@
-"""Celery tasks of the demo project, locked with @locked."""
+"""Celery tasks of the demo project: locked with @locked, or enqueued once with @unique."""
 
 from __future__ import annotations
 
-import os
+from typing import Any
 
-import redis
+from celery import shared_task
 
-from django_redis_lock import locked
+from django_redis_lock import locked, unique
 from testproject.celery import app
-
-# How long a task waits for its gate before giving up.
-GATE_SECONDS = 30
+from testproject.gates import through_gate
 
 
 @app.task
@@ -21,11 +19,31 @@ def build_report(report_id: int, gate: str) -> str:
     The lock is taken when a worker runs the task, not when it is queued: a second run for
     the same report while one runs fails with LockBusy.
     """
-    client = redis.Redis.from_url(os.environ["REDIS_URL"])
-    try:
-        client.rpush(f"{gate}:started", report_id)
-        if client.blpop([gate], timeout=GATE_SECONDS) is None:
-            raise TimeoutError(f"nobody opened the gate {gate!r}")
-    finally:
-        client.close()
+    through_gate(gate, report_id)
     return f"report {report_id} built"
+
+
+@unique("report:{report_id}")
+@app.task
+def rebuild_report(report_id: int, gate: str) -> str:
+    """Enqueued at most once per report until it has run (until="executed")."""
+    through_gate(gate, report_id)
+    return f"report {report_id} rebuilt"
+
+
+@unique("digest:{user_id}", until="executing", on_duplicate="raise")
+@shared_task
+def send_digest(user_id: int, gate: str) -> str:
+    """Enqueued at most once per user until a worker starts it; a duplicate raises."""
+    through_gate(gate, user_id)
+    return f"digest {user_id} sent"
+
+
+@unique("sync:{account}")
+@app.task(bind=True, max_retries=1)
+def sync_account(self: Any, account: str, gate: str) -> str:
+    """Fails its first run and is retried (after the test opens ``<gate>:retry``)."""
+    through_gate(gate, f"{account}:{self.request.retries}")
+    if self.request.retries == 0:
+        raise self.retry(countdown=0.5)
+    return f"account {account} synced"

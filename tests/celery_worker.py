@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from testproject.redis_server import RedisServer, find_redis_server
+from tests.helpers import stop_process
 
 ROOT = Path(__file__).resolve().parent.parent
 # Importing Django and Celery can take long on a loaded machine; a worker that has said it is
@@ -36,22 +37,32 @@ def celery_broker() -> Iterator[RedisServer]:
 
 
 @contextlib.contextmanager
-def celery_worker(broker: RedisServer, directory: Path, env: dict[str, str]) -> Iterator[None]:
+def on_broker(broker: RedisServer) -> Iterator[None]:
+    """Point this process's Celery app (and the workers it starts) at ``broker``: before it
+    first reads its configuration, which it keeps (even eager mode reads it)."""
+    with pytest.MonkeyPatch.context() as patch:
+        # Celery reads these variables before its settings (Django's CELERY_* settings win over
+        # app.conf.update() in Celery < 5.7); the worker inherits them.
+        patch.setenv("CELERY_BROKER_URL", broker.url)
+        patch.setenv("CELERY_RESULT_BACKEND", broker.url.replace("/0", "/1"))
+        yield
+
+
+@contextlib.contextmanager
+def celery_worker(
+    broker: RedisServer, directory: Path, env: dict[str, str]
+) -> Iterator[subprocess.Popen[bytes]]:
     """A Celery worker (threads pool) of testproject.celery on ``broker``, with ``env`` added to
     its environment (REDIS_URL at least: where its locks and gates are). Fails at once with the
     worker's output when the worker exits, or when it said it is ready but does not answer a
-    ping within READY_SECONDS."""
+    ping within READY_SECONDS. Yields the worker's process (one process: the threads pool)."""
     from testproject.celery import app
 
     output = directory / "worker.log"
     command = [sys.executable, "-m", "celery", "-A", "testproject.celery", "worker"]
     command += ["--pool=threads", "--concurrency=4", "--without-gossip", "--without-mingle"]
     command += ["--without-heartbeat", "--loglevel=INFO", "--hostname=locks-test@%h"]
-    with pytest.MonkeyPatch.context() as patch, open(output, "wb") as log:
-        # Celery reads these variables before its settings (Django's CELERY_* settings win over
-        # app.conf.update() in Celery < 5.7); the worker inherits them.
-        patch.setenv("CELERY_BROKER_URL", broker.url)
-        patch.setenv("CELERY_RESULT_BACKEND", broker.url.replace("/0", "/1"))
+    with on_broker(broker), open(output, "wb") as log:
         full_env = {**os.environ, "DJANGO_SETTINGS_MODULE": "testproject.settings"}
         full_env |= {"PYTHONPATH": str(ROOT), **env}
         process = subprocess.Popen(
@@ -59,14 +70,9 @@ def celery_worker(broker: RedisServer, directory: Path, env: dict[str, str]) -> 
         )
         try:
             _wait_for_worker(app, process, output)
-            yield
+            yield process
         finally:
-            process.terminate()
-            try:
-                process.wait(15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(5)
+            stop_process(process)
 
 
 def _wait_for_worker(app: Any, process: subprocess.Popen[bytes], output: Path) -> None:

@@ -10,6 +10,7 @@ import json
 import os
 import select
 import signal
+import subprocess
 import threading
 import time
 from collections import Counter
@@ -473,3 +474,33 @@ def doctor(*args: str) -> tuple[int, list[dict[str, str]], str]:
 def levels(findings: list[dict[str, str]]) -> dict[str, str]:
     """check -> level, for the findings about one server and its alias."""
     return {finding["check"]: finding["level"] for finding in findings}
+
+
+#: How long a test waits for a task of a real worker (to start, or for its result).
+TASK_SECONDS = 30
+
+
+def label_of(name: str) -> str:
+    """The label of the held lock ``name`` ("" when it is not held)."""
+    from django_redis_lock import get_lock_manager
+
+    info = get_lock_manager().get(name)
+    return "" if info is None else info.label or ""
+
+
+def gate_started(client: redis.Redis, gate: str) -> str:
+    """What a task passing ``gate`` (testproject.gates) said when it started; fails when none
+    started within TASK_SECONDS."""
+    found = client.blpop([f"{gate}:started"], timeout=TASK_SECONDS)
+    assert found is not None, f"{gate}: the task did not start"
+    return str(found[1].decode())
+
+
+def stop_process(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM a worker process the tests started, then SIGKILL it if it does not stop."""
+    process.terminate()
+    try:
+        process.wait(15)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(5)

@@ -227,7 +227,7 @@ class QuorumPlans:
         """EXTEND on every primary: the lease a majority confirmed (less the drift), 1 for a
         'check', or 0 when fewer than a majority hold the lock for the secret."""
         # The primaries do not count a hold they find gone: it is counted once, below.
-        replies = yield Fan("extend", name, [*args[:3], ""])
+        replies = yield Fan("extend", name, [*args[:3], "", *args[4:]])
         confirmed = sorted((r for r in replies if isinstance(r, int) and r > 0), reverse=True)
         failed = sum(1 for reply in replies if isinstance(reply, Exception))
         if len(confirmed) >= self.needed:

@@ -254,7 +254,8 @@ return 0
 # KEYS: lock, stats (optional)
 # ARGV: secret, ms, mode ('add': ms more; 'replace': exactly ms; 'atleast': at least ms;
 #       'check': change nothing), record ('1': count a hold found gone as lost, or as forced
-#       when an operator released it; except 'check')
+#       when an operator released it; except 'check'), and optionally an owner and a label
+#       that the hold takes (a unique task's key, passed from the enqueuer to the worker)
 # Returns the lease left in ms (1 for 'check'), or 0 when the secret does not hold the lock.
 EXTEND = (
     """
@@ -269,6 +270,7 @@ if held[1] ~= ARGV[1] then
   end
   return 0
 end
+if ARGV[5] then redis.call('HSET', KEYS[1], 'o', ARGV[5], 'l', ARGV[6]) end
 if ARGV[3] == 'check' then return 1 end
 local ms, mode = tonumber(ARGV[2]), ARGV[3]
 local left = redis.call('PTTL', KEYS[1])

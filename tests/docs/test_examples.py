@@ -12,12 +12,13 @@ from typing import Any
 
 import pytest
 import redis
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.cache import caches
 from django.core.checks import run_checks
 from django.test import Client, override_settings
 
-from django_redis_lock import LockBusy, LockNotOwned, get_lock_manager, lock
+from django_redis_lock import AlreadyQueued, LockBusy, LockNotOwned, get_lock_manager, lock
 from testproject.redis_server import RedisServerGroup
 from tests.docs.examples import calls, example, example_settings, forget
 
@@ -252,3 +253,36 @@ def test_settings_options() -> None:
         assert _messages() == []
         held = lock("configured")
         assert held.timeout == 30
+
+
+def test_unique_celery(celery_broker_server: Any) -> None:
+    from testproject.celery import app
+    from tests.celery_worker import on_broker
+
+    with on_broker(celery_broker_server):
+        unique_celery = example("unique_celery")
+        app.conf.task_always_eager = True
+        try:
+            assert unique_celery.request_report(1)  # run at once (eager)
+            with lock("unique:report:1", label="x queued as abc"):  # as a queued task holds it
+                assert unique_celery.request_report(1) == "abc"
+            with (
+                lock("unique:digest:5", label="x queued as def"),
+                pytest.raises(AlreadyQueued) as refused,
+            ):
+                unique_celery.send_digest.delay(5)
+            assert refused.value.task_id == "def"
+            unique_celery.send_digest.delay(5)
+        finally:
+            app.conf.task_always_eager = False
+    assert calls() == [("build_report", None), ("send_digest_to", 5)]
+
+
+@pytest.mark.skipif(settings.TASKS_FRAMEWORK is None, reason="no tasks framework installed")
+def test_unique_tasks() -> None:
+    unique_tasks = example("unique_tasks")
+    assert unique_tasks.request_report(2)  # the immediate backend runs it as it is enqueued
+    assert calls() == [("build_report", None)]
+    with lock("unique:report:2", label="x queued as xyz"):
+        assert unique_tasks.request_report(2) == "xyz"
+    assert calls() == [("build_report", None)]

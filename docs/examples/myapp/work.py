@@ -31,3 +31,7 @@ def sync_customer_data(customer_id: int) -> None:
 
 def rebuild_index() -> None:
     record("rebuild_index")
+
+
+def send_digest_to(user_id: int) -> None:
+    record("send_digest_to", user_id)

@@ -1,0 +1,71 @@
+"""@unique: a task enqueued at most once per key until it runs (or has run).
+
+Above Celery's ``@shared_task``/``@app.task`` or Django's ``@task``; the key is a template of
+the task's arguments, as ``@locked``'s names are. How the key passes from the enqueue to the
+worker: :mod:`django_redis_lock.unique.keys`; per framework: ``celery.py``, ``tasks.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+from django_redis_lock.locked.naming import NameSpec, check_template
+from django_redis_lock.unique.celery import is_celery_task, unique_celery_task
+from django_redis_lock.unique.keys import ON_DUPLICATE, QUEUED_TIMEOUT, UNTIL, UniqueSpec
+from django_redis_lock.unique.tasks import framework_of, unique_django_task
+from django_redis_lock.validation import (
+    seconds_to_ms,
+    validate_label,
+    validate_using,
+)
+
+Task = TypeVar("Task")
+
+
+def unique(
+    key: NameSpec,
+    *,
+    until: str = "executed",
+    on_duplicate: str = "return",
+    timeout: float | None = None,
+    using: str | Sequence[str] | None = None,
+    label: str | None = None,
+) -> Callable[[Task], Task]:
+    """Enqueue the decorated task at most once per ``key`` while one is queued or running.
+
+    Put it above the framework's decorator (``@shared_task``, ``@app.task``, Django's
+    ``@task``). ``key`` is a constant, a template of the task's arguments
+    (``"report:{report_id}"``), or a callable of them, as for ``@locked``; the lock it takes is
+    named ``unique:<key>``. ``until="executed"`` keeps the key until the task ends (through
+    retries), ``"executing"`` until a worker starts it. A duplicate enqueue returns the handle
+    of the task holding the key (``on_duplicate="return"``: Celery's AsyncResult, Django's
+    TaskResult) or raises :class:`~django_redis_lock.AlreadyQueued` (``"raise"``).
+    ``timeout`` is how long the key lives while the task waits in the queue (None: an hour);
+    while the task runs, the watchdog renews it with the lock timeout (REDIS_LOCK["TIMEOUT"]).
+    """
+    if isinstance(key, str):
+        check_template(key)
+    elif not callable(key):
+        raise TypeError(f"A unique key must be a str or a callable, not {type(key).__name__}.")
+    if until not in UNTIL:
+        raise ValueError(f"until must be one of {', '.join(map(repr, UNTIL))}, not {until!r}.")
+    if on_duplicate not in ON_DUPLICATE:
+        choices = ", ".join(map(repr, ON_DUPLICATE))
+        raise ValueError(f"on_duplicate must be one of {choices}, not {on_duplicate!r}.")
+    queued = QUEUED_TIMEOUT if timeout is None else seconds_to_ms(timeout, "timeout") / 1000
+    spec = UniqueSpec(key, until, on_duplicate, queued, validate_using(using), label)
+    validate_label(label)
+
+    def decorate(task: Task) -> Task:
+        framework = framework_of(task)
+        if framework is not None:
+            return unique_django_task(task, spec, framework)  # type: ignore[no-any-return]
+        if is_celery_task(task):
+            return unique_celery_task(task, spec)  # type: ignore[no-any-return]
+        raise TypeError(
+            "@unique decorates a task: put it above @shared_task or @app.task (Celery), or "
+            f"above @task (Django's tasks), not on {type(task).__name__}."
+        )
+
+    return decorate

@@ -1,0 +1,184 @@
+"""@unique for Celery tasks: the enqueue (``delay``, ``apply_async``, a signature's, beat's,
+a retry's) takes the key; the worker's task signals take it over and free it.
+
+Every way Celery sends a task goes through the registered task's ``apply_async``, so that is
+what gets the key: on the task instance of every app, once the app has it (when it is
+finalized, or when ``@app.task``'s lazy proxy is evaluated).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+import logging
+import threading
+import uuid
+from typing import Any
+
+from django_redis_lock.locked.naming import Naming
+from django_redis_lock.unique.keys import (
+    PREFIX,
+    TaskKey,
+    UniqueSpec,
+    enqueue_once,
+    finished,
+    started,
+)
+
+logger = logging.getLogger("django_redis_lock")
+
+# The attribute that marks a task instance whose apply_async takes its key.
+_MARK = "_django_redis_lock_unique"
+# Keys taken over by tasks running in this process, by task id.
+_running: dict[str, TaskKey] = {}
+_running_lock = threading.Lock()
+_connected = threading.Lock()
+_signals_connected = False
+
+
+def is_celery_task(target: object) -> bool:
+    """Whether ``target`` is a Celery task or one of Celery's proxies of one (without
+    evaluating a proxy, nor importing Celery when it is not in use)."""
+    import sys
+
+    if "celery" not in sys.modules:
+        return False
+    from celery.app.task import Task
+    from celery.local import Proxy
+
+    return isinstance(target, (Proxy, Task))
+
+
+def unique_celery_task(task: Any, spec: UniqueSpec) -> Any:
+    """Have every app's instance of ``task`` take ``spec``'s key when it is sent; returns
+    ``task`` itself (a task, or Celery's proxy of one)."""
+    from celery import _state
+    from celery.local import PromiseProxy, Proxy
+
+    def mark(*args: Any, **kwargs: Any) -> None:
+        _mark(task._get_current_object() if isinstance(task, Proxy) else task, spec)
+
+    def on_finalize(app: Any) -> None:
+        app.on_after_finalize.connect(mark, weak=False)
+
+    _connect_signals()
+    _state.connect_on_app_finalize(on_finalize)
+    if isinstance(task, PromiseProxy):
+        task.__then__(mark)  # @app.task before its app is finalized: when it is evaluated
+    if not isinstance(task, Proxy) or any(a.finalized for a in _state._get_active_apps()):
+        mark()
+    return task
+
+
+class _Unique:
+    """What a marked task instance knows: its spec, how it names keys, its send."""
+
+    def __init__(self, task: Any, spec: UniqueSpec, send: Any) -> None:
+        self.spec = spec
+        self.send = send
+        self.label = spec.label or task.name
+        self._naming: Naming | None = None
+        self._task = task
+
+    def name(self, args: Any, kwargs: Any) -> str:
+        """The key's lock name for these arguments, as the worker will get them (through the
+        task's serializer: a tuple becomes a list, a date a string...)."""
+        from kombu import serialization
+
+        dumps: Any = serialization.dumps  # untyped
+        loads: Any = serialization.loads
+        if self._naming is None:
+            signature = inspect.signature(self._task.run)
+            self._naming = self.spec.naming(signature, self._task.name)
+        content_type, encoding, payload = dumps(
+            [list(args or ()), dict(kwargs or {})], serializer=self._task.serializer
+        )
+        args, kwargs = loads(payload, content_type, encoding)
+        return PREFIX + self._naming(tuple(args), kwargs)
+
+
+def _mark(task: Any, spec: UniqueSpec) -> None:
+    """Make ``task`` (an instance) take its key in apply_async; once per instance."""
+    if getattr(task, _MARK, None) is not None:
+        return
+    send = task.apply_async
+    unique = _Unique(task, spec, send)
+
+    @functools.wraps(send)
+    def apply_async(
+        args: Any = None, kwargs: Any = None, task_id: str | None = None, **options: Any
+    ) -> Any:
+        if task_id is not None and task_id in _running:  # a retry of a task running here
+            return send(args, kwargs, task_id=task_id, **options)
+        task_id = task_id or str(uuid.uuid4())
+        return enqueue_once(
+            spec,
+            unique.name(args, kwargs),
+            unique.label,
+            task_id,
+            lambda: send(args, kwargs, task_id=task_id, **options),
+            lambda result: str(result.id),
+            task.AsyncResult,
+        )
+
+    setattr(task, _MARK, unique)
+    task.apply_async = apply_async
+
+
+def _connect_signals() -> None:
+    global _signals_connected
+    with _connected:
+        if _signals_connected:
+            return
+        from celery import signals
+
+        signals.task_prerun.connect(_prerun, weak=False)
+        signals.task_postrun.connect(_postrun, weak=False)
+        signals.task_revoked.connect(_revoked, weak=False)
+        _signals_connected = True
+
+
+def _prerun(task_id: str, task: Any, args: Any, kwargs: Any, **extra: Any) -> None:
+    unique: _Unique | None = getattr(task, _MARK, None)
+    if unique is None:
+        return
+    try:
+        key = started(unique.spec, unique.name(args, kwargs), unique.label, task_id)
+    except Exception:  # Redis down: the task runs; its key ends by its lease
+        logger.exception("Unique task %s (%s): its key could not be taken over.", task_id, task)
+        return
+    if key is not None:
+        with _running_lock:
+            _running[task_id] = key
+
+
+def _postrun(task_id: str, task: Any, state: str | None = None, **extra: Any) -> None:
+    unique: _Unique | None = getattr(task, _MARK, None)
+    if unique is None:
+        return
+    with _running_lock:
+        key = _running.pop(task_id, None)
+    try:
+        finished(key, retry=state == "RETRY", spec=unique.spec, label=unique.label)
+    except Exception:
+        logger.exception("Unique task %s (%s): its key could not be freed.", task_id, task)
+
+
+def _revoked(request: Any = None, **extra: Any) -> None:
+    """A revoked (or expired) task is dropped by the worker: free its key now, rather than at
+    the end of its lease; a running one terminated: its postrun does not come."""
+    task = extra.get("sender")
+    unique: _Unique | None = getattr(task, _MARK, None)
+    task_id = getattr(request, "id", None)
+    if unique is None or task_id is None:
+        return
+    with _running_lock:
+        key = _running.pop(task_id, None)
+    try:
+        if key is None:  # still queued: take the key over and free it, as a start would
+            name = unique.name(getattr(request, "args", ()), getattr(request, "kwargs", {}))
+            started(dataclasses.replace(unique.spec, until="executing"), name, "", task_id)
+        finished(key, retry=False, spec=unique.spec, label=unique.label)
+    except Exception:
+        logger.exception("Unique task %s (%s): its key could not be freed.", task_id, task)

@@ -1,0 +1,36 @@
+"""Django tasks of the demo project (django.tasks, or the django-tasks backport), enqueued once
+per key with @unique; absent when neither is installed (settings.TASKS_FRAMEWORK is None)."""
+
+from __future__ import annotations
+
+import importlib
+
+from django.conf import settings
+
+from django_redis_lock import unique
+from testproject.gates import through_gate
+
+task = importlib.import_module(settings.TASKS_FRAMEWORK).task
+
+
+@unique("export:{export_id}")
+@task
+def export_data(export_id: int, gate: str) -> str:
+    """Enqueued at most once per export until it has run."""
+    through_gate(gate, export_id)
+    return f"export {export_id} done"
+
+
+@unique("thumbnail:{image}", until="executing", on_duplicate="raise")
+@task
+def make_thumbnail(image: str, gate: str) -> str:
+    """Enqueued at most once per image until a worker starts it; a duplicate raises."""
+    through_gate(gate, image)
+    return f"thumbnail of {image}"
+
+
+@unique("ping:{n}")
+@task
+def ping(n: int) -> int:
+    """No gate: done as soon as it runs (the immediate backend runs it as it is enqueued)."""
+    return n

@@ -1,0 +1,157 @@
+"""@unique's options and refusals, its keys as the queue stores the arguments, and the lease of
+a key whose task is never picked up."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.conf import settings
+
+from django_redis_lock import AlreadyQueued, LockBusy, get_lock_manager, unique
+from django_redis_lock.unique.keys import UniqueSpec, enqueue_once, state_label, task_of
+from testproject.redis_server import RedisServer
+from tests.celery_worker import on_broker
+from tests.helpers import wait_until
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "message"),
+    [
+        ({"until": "done"}, ValueError, "until must be one of 'executing', 'executed'"),
+        ({"on_duplicate": "skip"}, ValueError, "on_duplicate must be one of"),
+        ({"timeout": 0}, ValueError, "timeout"),
+        ({"timeout": "1h"}, TypeError, "timeout"),
+        ({"label": "x" * 300}, ValueError, "label"),
+        ({"using": 3}, TypeError, "using"),
+        ({"using": ["a"]}, ValueError, "at least 3 cache aliases"),
+    ],
+)
+def test_bad_options_are_refused_at_the_call(
+    options: dict[str, Any], error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        unique("report:{report_id}", **options)
+
+
+def test_a_bad_key_is_refused_at_the_call() -> None:
+    with pytest.raises(TypeError, match="must be a str or a callable"):
+        unique(42)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="_"):
+        unique("report:{report._private}")
+
+
+def test_unique_goes_above_the_task_decorator() -> None:
+    from celery import shared_task
+
+    def work(report_id: int) -> None: ...
+
+    with pytest.raises(TypeError, match=r"put it above @shared_task or @app\.task"):
+        shared_task(unique("report:{report_id}")(work))
+    with pytest.raises(TypeError, match="not on function"):
+        unique("x")(work)
+
+
+@pytest.fixture
+def celery_app(celery_broker_server: RedisServer) -> Iterator[Any]:
+    """This process's Celery app, on the tests' broker (see tests.celery_worker.on_broker)."""
+    from testproject.celery import app
+
+    with on_broker(celery_broker_server):
+        yield app
+
+
+def test_a_template_naming_no_argument_is_refused_at_the_first_enqueue(celery_app: Any) -> None:
+    """Celery's task is known once its app has it: the first enqueue checks the template."""
+    app = celery_app
+
+    @unique("report:{nope}")
+    @app.task(name="tests.unique.bad_template")
+    def bad(report_id: int) -> None: ...
+
+    with pytest.raises(ValueError, match=r"names 'nope', which tests\.unique\.bad_template"):
+        bad.delay(1)
+    assert get_lock_manager().get("unique:report:1") is None
+
+
+def test_alreadyqueued_is_a_lockbusy_with_the_task_id() -> None:
+    error = AlreadyQueued("held", "abc")
+    assert isinstance(error, LockBusy)
+    assert error.task_id == "abc"
+
+
+def test_labels_say_the_state_and_the_task_and_fit() -> None:
+    assert state_label("app.tasks.report", "queued", "42") == "app.tasks.report queued as 42"
+    assert task_of("app.tasks.report running as 42") == ("running", "42")
+    assert task_of("app.tasks.report queued") == ("queued", None)
+    assert task_of("anything else") == (None, None)
+    long = state_label("x" * 300, "running", "id")
+    assert len(long) == 256
+    assert task_of(long) == ("running", "id")
+
+
+def test_the_key_is_made_from_the_arguments_as_the_queue_stores_them(celery_app: Any) -> None:
+    """A tuple reaches the worker as a list (JSON): the key is the same at both ends."""
+    app = celery_app
+
+    seen: list[Any] = []
+
+    @unique("batch:{ids}")
+    @app.task(name="tests.unique.batch")
+    def batch(ids: Any) -> None:
+        info = get_lock_manager().get("unique:batch:[1, 2]")
+        seen.append(None if info is None else info.label)
+
+    app.conf.task_always_eager = True
+    try:
+        batch.delay((1, 2))
+    finally:
+        app.conf.task_always_eager = False
+    assert seen == [f"tests.unique.batch running as {seen[0].rpartition(' ')[2]}"]
+
+
+@pytest.mark.skipif(settings.TASKS_FRAMEWORK is None, reason="no tasks framework installed")
+def test_a_django_task_keeps_its_options_and_class_through_using() -> None:
+    from testproject.jobs import export_data
+
+    moved = export_data.using(priority=5)
+    assert type(moved) is type(export_data)
+    assert moved.priority == 5
+    assert type(export_data).__name__.startswith("Unique")
+
+
+def test_a_task_never_picked_up_loses_its_key_by_its_lease() -> None:
+    spec = UniqueSpec("k", "executed", "return", 0.5, None, None)
+    sent = enqueue_once(spec, "unique:k", "app.job", "t1", lambda: "t1", str, str)
+    assert sent == "t1"
+    assert get_lock_manager().get("unique:k") is not None
+    assert enqueue_once(spec, "unique:k", "app.job", "t2", lambda: "t2", str, str) == "t1"
+    wait_until(lambda: get_lock_manager().get("unique:k") is None, timeout=5)
+    assert enqueue_once(spec, "unique:k", "app.job", "t3", lambda: "t3", str, str) == "t3"
+
+
+@pytest.mark.skipif(settings.TASKS_FRAMEWORK is None, reason="no tasks framework installed")
+def test_a_django_task_template_is_checked_when_decorated() -> None:
+    from testproject import jobs
+
+    with pytest.raises(ValueError, match="names 'nope'"):
+        unique("ping:{nope}")(jobs.task(jobs.through_gate))
+
+
+def test_operators_see_a_unique_key_and_can_free_it() -> None:
+    import io
+    import json
+
+    from django.core.management import call_command
+
+    spec = UniqueSpec("k", "executed", "return", 60, None, None)
+    enqueue_once(spec, "unique:report:9", "app.rebuild", "t1", lambda: "t1", str, str)
+    out = io.StringIO()
+    call_command("locks", "list", "--pattern", "unique:*", "--json", stdout=out)
+    [shown] = json.loads(out.getvalue())
+    assert (shown["name"], shown["label"]) == ("unique:report:9", "app.rebuild queued as t1")
+    call_command("locks", "release", "unique:report:9", stdout=io.StringIO())
+    assert (
+        enqueue_once(spec, "unique:report:9", "app.rebuild", "t2", lambda: "t2", str, str) == "t2"
+    )

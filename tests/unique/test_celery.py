@@ -1,0 +1,182 @@
+"""@unique Celery tasks, sent from this process and run by a real worker process."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from django_redis_lock import AlreadyQueued, get_lock_manager
+from testproject.redis_server import RedisServer
+from tests.celery_worker import celery_worker, on_broker
+from tests.helpers import fork_child, gate_started, label_of, wait_children, wait_until
+
+celery = pytest.importorskip("celery", reason="Celery is not installed (pip install .[test])")
+
+pytestmark = pytest.mark.slow
+
+RESULT_SECONDS = 30
+# The worker's lock timeout: the lease of a running task's key, renewed while it runs; short,
+# so that a killed worker's key ends soon.
+RUNNING_LEASE = 2
+
+
+@pytest.fixture(scope="module")
+def worker_env(redis_url: str) -> dict[str, str]:
+    return {"REDIS_URL": redis_url, "TESTPROJECT_REDIS_LOCK": json.dumps({"TIMEOUT": 2})}
+
+
+@pytest.fixture
+def worker(
+    worker_env: dict[str, str], celery_broker_server: RedisServer, tmp_path: Path
+) -> Iterator[None]:
+    """A Celery worker process of its own (a test may kill it)."""
+    with celery_worker(celery_broker_server, tmp_path, worker_env):
+        yield
+
+
+@pytest.mark.usefixtures("worker")
+def test_a_duplicate_gets_the_task_already_queued_then_running(redis_client: redis.Redis) -> None:
+    from testproject.tasks import rebuild_report
+
+    first = rebuild_report.apply_async((1, "gate:u1"), countdown=1)
+    assert label_of("unique:report:1") == f"testproject.tasks.rebuild_report queued as {first.id}"
+    again = rebuild_report.delay(1, "gate:u1-other")
+    assert again.id == first.id  # queued: the same task, nothing sent
+    assert gate_started(redis_client, "gate:u1") == "1"
+    wait_until(
+        lambda: "running" in label_of("unique:report:1"),
+        timeout=RESULT_SECONDS,
+    )
+    assert rebuild_report.delay(1, "gate:u1-other").id == first.id  # running: the same task
+    other = rebuild_report.delay(2, "gate:u2")  # another key
+    assert other.id != first.id
+    redis_client.rpush("gate:u1", "open")
+    redis_client.rpush("gate:u2", "open")
+    assert first.get(timeout=RESULT_SECONDS) == "report 1 rebuilt"
+    assert other.get(timeout=RESULT_SECONDS) == "report 2 rebuilt"
+    wait_until(lambda: get_lock_manager().get("unique:report:1") is None, timeout=5)
+    redis_client.rpush("gate:u1-third", "open")
+    third = rebuild_report.delay(1, "gate:u1-third")  # the key is free again
+    assert third.id != first.id
+    assert third.get(timeout=RESULT_SECONDS) == "report 1 rebuilt"
+    assert redis_client.llen("gate:u1-other:started") == 0  # no duplicate ever ran
+
+
+@pytest.mark.usefixtures("worker")
+def test_until_executing_frees_the_key_when_the_task_starts(redis_client: redis.Redis) -> None:
+    from testproject.tasks import send_digest
+
+    first = send_digest.apply_async((7, "gate:d7"), countdown=1)
+    with pytest.raises(AlreadyQueued) as refused:
+        send_digest.delay(7, "gate:d7-dup")
+    assert refused.value.task_id == first.id
+    assert gate_started(redis_client, "gate:d7") == "7"
+    wait_until(lambda: get_lock_manager().get("unique:digest:7") is None, timeout=5)
+    redis_client.rpush("gate:d7-next", "open")
+    second = send_digest.delay(7, "gate:d7-next")  # running, not queued: a new one queues
+    assert second.id != first.id
+    redis_client.rpush("gate:d7", "open")
+    assert first.get(timeout=RESULT_SECONDS) == "digest 7 sent"
+    assert second.get(timeout=RESULT_SECONDS) == "digest 7 sent"
+
+
+@pytest.mark.usefixtures("worker")
+def test_a_retry_keeps_the_key(redis_client: redis.Redis) -> None:
+    from testproject.tasks import sync_account
+
+    first = sync_account.delay("acme", "gate:s")
+    assert gate_started(redis_client, "gate:s") == "acme:0"
+    redis_client.rpush("gate:s", "open")  # the first run fails and is retried
+    assert gate_started(redis_client, "gate:s") == "acme:1"
+    assert sync_account.delay("acme", "gate:s-dup").id == first.id  # the retry holds it
+    assert f"running as {first.id}" in label_of("unique:sync:acme")
+    redis_client.rpush("gate:s", "open")
+    assert first.get(timeout=RESULT_SECONDS) == "account acme synced"
+    wait_until(lambda: get_lock_manager().get("unique:sync:acme") is None, timeout=5)
+
+
+@pytest.mark.usefixtures("worker")
+def test_a_revoked_task_frees_its_key(redis_client: redis.Redis) -> None:
+    from testproject.tasks import rebuild_report
+
+    queued = rebuild_report.apply_async((3, "gate:r3"), countdown=2)
+    assert get_lock_manager().get("unique:report:3") is not None
+    queued.revoke()
+    # The worker drops the revoked task when its countdown ends, and frees its key then,
+    # long before the key's lease (an hour) would.
+    wait_until(lambda: get_lock_manager().get("unique:report:3") is None, timeout=15)
+    assert redis_client.llen("gate:r3:started") == 0
+
+
+def test_a_killed_worker_leaves_the_key_to_its_lease(
+    redis_client: redis.Redis,
+    worker_env: dict[str, str],
+    celery_broker_server: RedisServer,
+    tmp_path: Path,
+) -> None:
+    from testproject.tasks import rebuild_report
+
+    with celery_worker(celery_broker_server, tmp_path, worker_env) as process:
+        running = rebuild_report.delay(4, "gate:k4")
+        assert gate_started(redis_client, "gate:k4") == "4"
+        wait_until(lambda: "running" in label_of("unique:report:4"), timeout=5)
+        os.kill(process.pid, signal.SIGKILL)
+        killed = time.monotonic()
+        wait_until(lambda: get_lock_manager().get("unique:report:4") is None, timeout=15)
+        # The running lease, no longer renewed, ends it: not the hour a queued key has.
+        assert time.monotonic() - killed <= RUNNING_LEASE + 5
+        assert running.id
+
+
+@pytest.mark.usefixtures("worker")
+def test_concurrent_enqueues_from_several_processes_send_one_task(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    from testproject.tasks import rebuild_report
+
+    def enqueue() -> None:
+        sent = rebuild_report.delay(5, "gate:c5").id
+        with redis.Redis.from_url(redis_url) as client:  # the child's own connection
+            client.rpush("sent", sent)
+
+    children = [fork_child(enqueue) for _ in range(6)]
+    assert wait_children(children) == [0] * 6
+    sent = {value.decode() for value in redis_client.lrange("sent", 0, -1)}
+    assert len(sent) == 1  # every process got the one task sent
+    assert gate_started(redis_client, "gate:c5") == "5"
+    redis_client.rpush("gate:c5", "open")
+    assert rebuild_report.AsyncResult(sent.pop()).get(timeout=RESULT_SECONDS) == "report 5 rebuilt"
+    assert redis_client.llen("gate:c5:started") == 0  # it ran once
+
+
+def test_eager_mode_and_a_failed_send_give_the_key_back(
+    redis_client: redis.Redis, celery_broker_server: RedisServer
+) -> None:
+    from testproject.celery import app
+    from testproject.tasks import rebuild_report
+
+    with on_broker(celery_broker_server):
+        _eager_then_failed_send(app, rebuild_report, redis_client)
+
+
+def _eager_then_failed_send(app: Any, rebuild_report: Any, redis_client: redis.Redis) -> None:
+    app.conf.task_always_eager = True
+    try:
+        redis_client.rpush("gate:e6", "open")
+        assert rebuild_report.delay(6, "gate:e6").get() == "report 6 rebuilt"  # run at once
+        assert get_lock_manager().get("unique:report:6") is None
+    finally:
+        app.conf.task_always_eager = False
+    from kombu.exceptions import SerializerNotInstalled
+
+    with pytest.raises(SerializerNotInstalled):  # the key is taken, then the send fails
+        rebuild_report.apply_async((6, "gate:e6"), serializer="no-such-serializer")
+    assert get_lock_manager().get("unique:report:6") is None  # given back
