@@ -291,7 +291,7 @@ def test_checks_know_the_cluster_cache(cluster: ClusterTopology) -> None:
         with override_settings(CACHES=caches, REDIS_LOCK=settings):
             return sorted(
                 str(message.id)
-                for message in run_checks()
+                for message in run_checks(tags=["caches"])
                 if str(message.id).startswith("django_redis_lock.")
             )
 

@@ -513,7 +513,7 @@ def test_system_checks_refuse_bad_quorums(
     servers: list[RedisServer], cache: list[str], check: str, message: str
 ) -> None:
     with override_settings(CACHES=bad_quorum_caches(servers), REDIS_LOCK={"CACHE": cache}):
-        errors = [m for m in run_checks() if m.id.startswith("django_redis_lock.E")]
+        errors = [m for m in run_checks(tags=["caches"]) if m.id.startswith("django_redis_lock.E")]
     assert [error.id for error in errors] == [check], errors
     assert message in errors[0].msg
 
@@ -522,13 +522,13 @@ def test_system_checks_say_wait_replicas_does_not_apply_to_a_quorum(
     quorum: list[redis.Redis],
 ) -> None:
     with override_settings(REDIS_LOCK={"CACHE": list(ALIASES), "WAIT_REPLICAS": 1}):
-        messages = [m for m in run_checks() if m.id.startswith("django_redis_lock")]
+        messages = [m for m in run_checks(tags=["caches"]) if m.id.startswith("django_redis_lock")]
     # only W009: the members' replicas are not checked (W005, W012), a quorum sends no WAIT
     assert [message.id for message in messages] == ["django_redis_lock.W009"]
 
 
 def test_system_checks_accept_a_quorum(quorum: list[redis.Redis]) -> None:
-    messages = [m for m in run_checks() if m.id.startswith("django_redis_lock")]
+    messages = [m for m in run_checks(tags=["caches"]) if m.id.startswith("django_redis_lock")]
     assert messages == []
 
 
@@ -962,3 +962,4 @@ def test_a_hold_an_extend_finds_gone_is_counted_once(quorum: list[redis.Redis]) 
     stats = get_lock_manager().get_stats("extended")
     assert stats is not None
     assert (stats.lost, stats.forced) == (1, 0)
+

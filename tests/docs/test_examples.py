@@ -31,7 +31,9 @@ def _fresh() -> Iterator[None]:
 
 
 def _messages() -> list[str]:
-    return [m.id for m in run_checks() if m.id and m.id.startswith("django_redis_lock")]
+    return [
+        m.id for m in run_checks(tags=["caches"]) if m.id and m.id.startswith("django_redis_lock")
+    ]
 
 
 def _address(redis_url: str) -> str:

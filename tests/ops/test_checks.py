@@ -17,7 +17,7 @@ def _ids(**overrides: Any) -> list[str]:
     with override_settings(**overrides):
         return sorted(
             message.id
-            for message in run_checks()
+            for message in run_checks(tags=["caches"])
             if message.id and message.id.startswith("django_redis_lock.")
         )
 
@@ -137,7 +137,11 @@ EVICTING = ("--maxmemory", "4mb", "--maxmemory-policy")
 def test_w010_a_server_that_may_evict_keys(redis_factory: RedisServerGroup, policy: str) -> None:
     server = redis_factory(extra_args=(*EVICTING, policy))
     with override_settings(CACHES=build_caches(server.url)):
-        found = [message for message in run_checks() if message.id == "django_redis_lock.W010"]
+        found = [
+            message
+            for message in run_checks(tags=["caches"])
+            if message.id == "django_redis_lock.W010"
+        ]
     assert len(found) == 1
     assert f"maxmemory-policy {policy}" in found[0].msg
     assert f"server 127.0.0.1:{server.port} of cache 'default'" in found[0].msg
@@ -159,7 +163,11 @@ def test_w008_a_server_that_does_not_answer_at_startup(redis_factory: RedisServe
     caches = build_caches(server.url)
     server.stop()  # the port is known and nothing listens there now
     with override_settings(CACHES=caches):
-        found = [message for message in run_checks() if message.id.startswith("django_redis")]
+        found = [
+            message
+            for message in run_checks(tags=["caches"])
+            if message.id.startswith("django_redis")
+        ]
     assert [message.id for message in found] == ["django_redis_lock.W008"]
     assert f"server 127.0.0.1:{server.port} of cache 'default' could not be" in found[0].msg
 
