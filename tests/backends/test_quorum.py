@@ -962,4 +962,3 @@ def test_a_hold_an_extend_finds_gone_is_counted_once(quorum: list[redis.Redis]) 
     stats = get_lock_manager().get_stats("extended")
     assert stats is not None
     assert (stats.lost, stats.forced) == (1, 0)
-
