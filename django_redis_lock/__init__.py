@@ -4,7 +4,9 @@ The public names, re-exported; nothing else. ``django_redis_lock.signals``,
 ``django_redis_lock.exceptions`` and ``django_redis_lock.display`` are public modules too.
 """
 
+from django_redis_lock.core.current import current_lock
 from django_redis_lock.core.lock import Lock
+from django_redis_lock.core.shared import ReadWriteLock, SharedLock, rwlock, semaphore
 from django_redis_lock.exceptions import (
     AlreadyQueued,
     LockBusy,
@@ -12,7 +14,9 @@ from django_redis_lock.exceptions import (
     LockNotOwned,
     LockNotReplicated,
     LockUnavailable,
+    StaleFencingToken,
 )
+from django_redis_lock.fencing import FencedModelMixin, FencedQuerySet, FenceField, fenced_update
 from django_redis_lock.locked import locked
 from django_redis_lock.ops import get_lock_manager
 from django_redis_lock.ops.manager import LockManager
@@ -30,6 +34,9 @@ __all__ = [
     "MAX_NAME_LENGTH",
     "MAX_TIMEOUT",
     "AlreadyQueued",
+    "FenceField",
+    "FencedModelMixin",
+    "FencedQuerySet",
     "Listing",
     "Lock",
     "LockBusy",
@@ -41,9 +48,16 @@ __all__ = [
     "LockPage",
     "LockStats",
     "LockUnavailable",
+    "ReadWriteLock",
     "Released",
+    "SharedLock",
+    "StaleFencingToken",
+    "current_lock",
+    "fenced_update",
     "get_lock_manager",
     "lock",
     "locked",
+    "rwlock",
+    "semaphore",
     "unique",
 ]

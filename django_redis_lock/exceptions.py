@@ -48,3 +48,30 @@ class AlreadyQueued(LockBusy):
     def __init__(self, message: str, task_id: str | None = None):
         super().__init__(message)
         self.task_id = task_id
+
+
+class StaleFencingToken(LockError):
+    """A fenced write was refused: the row had accepted a later fencing token, so a later
+    holder of the lock wrote it after this hold had ended. Nothing was written.
+
+    ``lock`` names the lock (None when a bare token was given), ``token`` is the refused one,
+    ``model`` the model's label, ``rows`` the primary keys of refused rows (at most five) and
+    ``fence`` the token the first of them carries.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        lock: str | None,
+        token: int,
+        model: str,
+        rows: list[object],
+        fence: int | None,
+    ):
+        super().__init__(message)
+        self.lock = lock
+        self.token = token
+        self.model = model
+        self.rows = rows
+        self.fence = fence

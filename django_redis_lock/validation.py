@@ -47,6 +47,19 @@ def validate_name(name: object) -> str:
     return _text(name, "name", MAX_NAME_LENGTH)
 
 
+#: The most holders a semaphore may let in at once (each operation reads its holders).
+MAX_LIMIT = 1000
+
+
+def validate_limit(limit: object) -> int:
+    """``limit`` if it is a semaphore's limit: a whole number from 1 to MAX_LIMIT."""
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        raise TypeError(f"limit must be a whole number of holders, not {limit!r}.")
+    if not 1 <= limit <= MAX_LIMIT:
+        raise ValueError(f"limit must be from 1 to {MAX_LIMIT}, not {limit}.")
+    return limit
+
+
 def validate_label(label: object) -> str | None:
     """``label`` if it is a usable label: None, or a str of at most MAX_LABEL_LENGTH."""
     return None if label is None else _text(label, "label", MAX_LABEL_LENGTH)

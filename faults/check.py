@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass, field
 
 from faults.scenarios import BLOCKING_TIMEOUT, WORK, Outcome
-from faults.store import Event, Fault, Section, Store
+from faults.store import SEMAPHORE, SEMAPHORE_LIMIT, Event, Fault, Section, Store
 
 HOLDER_FAULTS = ("holder-kill", "holder-stop")
 # A worker's records may be this much further apart than a pass's bound before it is a hang.
@@ -80,6 +80,28 @@ def overlapping(sections: list[Section]) -> list[tuple[Section, Section]]:
     return pairs
 
 
+def past_limit(sections: list[Section], limit: int) -> int:
+    """How many sections started while ``limit`` others were in progress (a semaphore's)."""
+    moments = sorted([(s.start, 1) for s in sections] + [(s.end, -1) for s in sections])
+    holders = excess = 0
+    for _, change in moments:  # at a tie an end (-1) sorts first: touching is no overlap
+        if change > 0 and holders >= limit:
+            excess += 1
+        holders += change
+    return excess
+
+
+def full_again(sections: list[Section], after: float, limit: int) -> float | None:
+    """Seconds from ``after`` until ``limit`` sections were in progress at once again."""
+    moments = sorted([(s.start, 1) for s in sections] + [(s.end, -1) for s in sections])
+    holders = 0
+    for moment, change in moments:
+        holders += change
+        if moment >= after and holders >= limit:
+            return moment - after
+    return None
+
+
 def two_holders(sections: list[Section]) -> float:
     """The seconds in which at least two sections were in progress at once."""
     moments = sorted([(s.start, 1) for s in sections] + [(s.end, -1) for s in sections])
@@ -104,18 +126,21 @@ def check(outcome: Outcome, *, demand_shows: bool = True) -> Result:
     accepted = [s for s in sections if s.accepted]
     result.sections = len(accepted)
     result.refused = len(sections) - len(accepted)
-    pairs = overlapping(sections)
-    result.overlaps = len(pairs)
-    result.late_accepted = len({first.id for first, _ in pairs if first.accepted})
-    highest = 0
-    for section in accepted:  # commit order
-        if section.token < highest:
-            result.stale_accepted += 1
-        highest = max(highest, section.token)
-    by_start = sorted(sections, key=lambda s: s.start)
-    result.tokens_back = sum(
-        1 for before, after in itertools.pairwise(by_start) if after.token <= before.token
-    )
+    if outcome.scenario.variant == SEMAPHORE:  # holders side by side, up to the limit
+        result.overlaps = past_limit(sections, SEMAPHORE_LIMIT)
+    else:
+        pairs = overlapping(sections)
+        result.overlaps = len(pairs)
+        result.late_accepted = len({first.id for first, _ in pairs if first.accepted})
+        highest = 0
+        for section in accepted:  # commit order
+            if section.token < highest:
+                result.stale_accepted += 1
+            highest = max(highest, section.token)
+        by_start = sorted(sections, key=lambda s: s.start)
+        result.tokens_back = sum(
+            1 for before, after in itertools.pairwise(by_start) if after.token <= before.token
+        )
     result.lost_updates = len(accepted) - outcome.counter[0]
     for event in events:
         if event.kind in UNAVAILABLE:
@@ -136,7 +161,10 @@ def check(outcome: Outcome, *, demand_shows: bool = True) -> Result:
             for s in accepted
             if s.start >= after and (victim is None or s.pid != int(victim[1]))
         ]
-        result.recoveries.append(min(starts) - after if starts else None)
+        if outcome.scenario.variant == SEMAPHORE:  # both places in use again
+            result.recoveries.append(full_again(accepted, after, SEMAPHORE_LIMIT))
+        else:
+            result.recoveries.append(min(starts) - after if starts else None)
         result.pauses.append(pause(accepted, fault))
     result.hangs = len(outcome.hung_at_stop) + _gaps(outcome, sections, events)
     result.two_holders = two_holders(sections)

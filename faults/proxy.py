@@ -100,6 +100,10 @@ class _Link:
         self.client = _End(self)
         self.upstream: _End | None = None
         self.closed = False
+        # Read but not yet forwarded (from the client?, the bytes): before the target is
+        # connected, or while the proxy holds. Python 3.10 may read a socket once although it
+        # was paused in connection_made.
+        self.pending: list[tuple[bool, bytes]] = []
 
     def made(self, end: _End) -> None:
         if end is self.client:
@@ -137,8 +141,23 @@ class _Link:
 
     def forward(self, end: _End, data: bytes) -> None:
         peer = self.peer(end)
-        if peer is not None and peer.transport is not None and not peer.transport.is_closing():
-            peer.transport.write(data)
+        ready = peer is not None and peer.transport is not None
+        if self.proxy.mode is None and ready and not self.pending:
+            if peer is not None and peer.transport is not None and not peer.transport.is_closing():
+                peer.transport.write(data)
+        else:
+            self.pending.append((end is self.client, data))
+
+    def flush(self) -> None:
+        """Forward what waited, in order, once both ends are connected and the proxy forwards."""
+        upstream = self.upstream
+        if self.proxy.mode is not None or upstream is None or upstream.transport is None:
+            return
+        pending, self.pending = self.pending, []
+        for from_client, data in pending:
+            peer = upstream if from_client else self.client
+            if peer.transport is not None and not peer.transport.is_closing():
+                peer.transport.write(data)
 
     def flow(self, end: _End, *, blocked: bool) -> None:
         """``end`` cannot take more for now (or can again): its peer stops reading meanwhile."""
@@ -149,6 +168,7 @@ class _Link:
 
     def update(self) -> None:
         """Read both ends unless the proxy holds or a peer's buffer is full."""
+        self.flush()
         upstream = self.upstream
         ready = upstream is not None and upstream.transport is not None
         for end in (self.client, upstream):

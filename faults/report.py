@@ -28,22 +28,26 @@ Written by ``python3 dev.py faults --write``; ``bash .ci/run`` runs ``python3 de
 Redis deployment on loopback ports and a SQLite store in a temporary directory; {WORKERS} worker
 processes loop on ``with lock("faults:counter", timeout={LEASE:g}, blocking_timeout=\
 {BLOCKING_TIMEOUT:g})``, work {WORK:g} s inside the section and write the store with the hold's
-fencing token: ``UPDATE counter SET value = value + 1, token = ? WHERE token <= ?`` (the
-*fenced* variant, Django's ``F()``), or the value read at the start of the section plus one
-(the *read-write* variant). Each write and its section (times, token, accepted or refused) are
-recorded in the store's own transaction. A controller injects the faults for real (SIGKILL or
-SIGSTOP of the worker that holds the lock, SIGSTOP or SIGKILL and restart of redis-server,
-``SENTINEL FAILOVER`` or SIGKILL of the primary, SIGKILL of a cluster primary, the lock's or
-another, restarted once a replica took over and the workers recovered, SIGKILL or SIGSTOP of
-primaries of a quorum) and every wait is bounded. The cache has a {SOCKET_TIMEOUT:g} s socket
-timeout unless the scenario says otherwise; the single server keeps an append-only file synced
-at every write, so a restart keeps its locks. The cluster (three primaries with a replica each,
-node timeout 1 s) is reached through django-valkey's ``ClusterValkeyCache``. The quorum is five
-independent redis-servers that keep nothing on disk, one django-redis cache alias each, which
-``REDIS_LOCK["CACHE"]`` lists; a killed one restarts empty once it has been down for longer
-than the lease, as Redlock requires. The partition scenarios cut a Sentinel deployment in two
-with TCP proxies of the suite's own (``faults/proxy.py``, on loopback), and put clients on both
-sides: see `Partitions`_.
+fencing token through the ORM, ``fenced_update(Counter.objects.filter(name=...), hold,
+value=F("value") + 1)``: one ``UPDATE ... WHERE token <= ?`` (the *fenced* variant), or the
+value read at the start of the section plus one (the *read-write* variant). Each write and its
+section (times, token, accepted or refused) are recorded in the store's own transaction. A
+controller injects the faults for real (SIGKILL or SIGSTOP of the worker that holds the lock,
+SIGSTOP or SIGKILL and restart of redis-server, ``SENTINEL FAILOVER`` or SIGKILL of the primary,
+SIGKILL of a cluster primary, the lock's or another, restarted once a replica took over and the
+workers recovered, SIGKILL or SIGSTOP of primaries of a quorum) and every wait is bounded. The
+cache has a {SOCKET_TIMEOUT:g} s socket timeout unless the scenario says otherwise; the single
+server keeps an append-only file synced at every write, so a restart keeps its locks. The
+cluster (three primaries with a replica each, node timeout 1 s) is reached through
+django-valkey's ``ClusterValkeyCache``. The quorum is five independent redis-servers that keep
+nothing on disk, one django-redis cache alias each, which ``REDIS_LOCK["CACHE"]`` lists; a
+killed one restarts empty once it has been down for longer than the lease, as Redlock requires.
+The partition scenarios cut a Sentinel deployment in two with TCP proxies of the suite's own
+(``faults/proxy.py``, on loopback), and put clients on both sides: see `Partitions`_. The
+*semaphore* scenarios' workers take one of the two places of ``semaphore("faults:counter", 2)``
+instead of the lock and write unfenced (two holders write side by side): there *overlaps* counts
+the sections that began while two others were in progress (past the limit), and *recovery s* the
+time from the fault until both places were in use again.
 
 Columns: *sections* accepted writes; *refused* writes the fence refused; *overlaps* pairs of
 sections intersecting in time, as the store saw them; *late acc.* writes accepted after another

@@ -23,7 +23,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from faults.store import FENCED, READ_WRITE, Fault, Store, create
+from faults.store import FENCED, READ_WRITE, SEMAPHORE, SEMAPHORE_LIMIT, Fault, Store, create
 from faults.topologies import (
     TOPOLOGIES,
     Cluster,
@@ -255,6 +255,15 @@ SCENARIOS = [
         "holder-kill",
         "a crashed holder blocks the others for at most its lease",
         max_recovery=LEASE + 0.5,
+    ),
+    Scenario(
+        "semaphore-holder-kill",
+        "single",
+        "holder-kill",
+        "a semaphore's crashed holder gives its place back at the end of its lease; never more "
+        "than its limit hold it at once",
+        max_recovery=LEASE + 0.5,
+        variant=SEMAPHORE,
     ),
     Scenario(
         "holder-stop",
@@ -496,14 +505,31 @@ class Run:
         manager = get_lock_manager()
 
         def held_by_worker() -> tuple[int, float] | None:
-            info = manager.get(NAME)
-            match = re.search(r"\bpid (\d+)", info.owner) if info else None
-            if info is None or match is None or int(match[1]) not in self.pids():
-                return None
-            return int(match[1]), info.ttl
+            for info in manager.holders(NAME):  # the lock's holder, or a semaphore's
+                match = re.search(r"\bpid (\d+)", info.owner)
+                if match is not None and int(match[1]) in self.pids():
+                    return int(match[1]), info.ttl
+            return None
 
         found: tuple[int, float] = wait_for(held_by_worker, HOLDER_TIMEOUT, "a worker to hold")
         return found
+
+    def _semaphore_full(self) -> bool:
+        """Whether running workers hold every place of the semaphore variant's semaphore. A
+        fault is injected from there, and the next one only once it holds again: recovery is
+        "every place in use again", which a fault during the last one's recovery would delay."""
+        from django_redis_lock import get_lock_manager
+        from faults.worker import NAME
+
+        pids = self.pids()  # a killed worker's place, held until its lease ends, is no use
+        held = [
+            info
+            for info in get_lock_manager().holders(NAME)
+            if info.kind == "semaphore"
+            and (match := re.search(r"\bpid (\d+)", info.owner)) is not None
+            and int(match[1]) in pids
+        ]
+        return len(held) >= SEMAPHORE_LIMIT
 
     def inject(self) -> tuple[Fault, int | None]:
         """Play the scenario's fault once; the fault and the pid it struck (holder faults)."""
@@ -802,6 +828,8 @@ class Run:
             steady = time.monotonic()
             before = partial(sections_since, steady)
             wait_for(before, RECOVERY_TIMEOUT, "sections before a fault")
+            if self.scenario.variant == SEMAPHORE:  # recovery is "every place taken again"
+                wait_for(self._semaphore_full, RECOVERY_TIMEOUT, "every place of the semaphore")
             if partitioned:  # and of both sides
                 wait_for(partial(self._both_sides, store, steady), RECOVERY_TIMEOUT, "both sides")
             fault, victim = self.inject()
@@ -810,6 +838,8 @@ class Run:
             after = partial(sections_since, fault.end if victim is None else fault.start, victim)
             with contextlib.suppress(RuntimeError):  # the checker reports a missing recovery
                 wait_for(after, RECOVERY_TIMEOUT, "recovery")
+                if self.scenario.variant == SEMAPHORE:
+                    wait_for(self._semaphore_full, RECOVERY_TIMEOUT, "every place again")
             self.topology.heal()
             if partitioned:
                 self._rejoin(store, fault)

@@ -10,8 +10,16 @@ import json
 import os
 
 SECRET_KEY = "django-redis-lock-faults-only"
-INSTALLED_APPS = ["django_redis_lock"]
-DATABASES: dict[str, object] = {}
+INSTALLED_APPS = ["django_redis_lock", "faults.apps.FaultsConfig"]
+# The run's store (FAULTS_STORE, a SQLite file): the workers write its counter with the ORM.
+DATABASES: dict[str, object] = {
+    "default": {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": os.environ.get("FAULTS_STORE", ":memory:"),
+        # Workers wait for each other's short transactions, as the store's own connections do.
+        "OPTIONS": {"timeout": 30},
+    }
+}
 USE_TZ = True
 
 globals().update(json.loads(os.environ.get("FAULTS_SETTINGS", "{}")))

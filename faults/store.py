@@ -1,15 +1,15 @@
 """The store the workers protect: a SQLite file with a fenced counter, and the run's records.
 
-The counter row holds a value and the last fencing token accepted. A write is accepted only
-when its token is at least the stored one, in the same statement that makes it
-(``UPDATE ... WHERE token <= ?``), as a Django ``filter(...).update(...)`` would do it. Each
-write and its critical section are recorded in the same transaction, so the rows of
-``sections`` are in the order the store committed them.
+The counter row holds a value and the last fencing token accepted (``faults/models.py``: a
+``FenceField``). The workers write it with the package's ``fenced_update()``: accepted only when
+the hold's token is at least the stored one, in the same statement that makes the write
+(``UPDATE ... WHERE token <= ?``). Each write and its critical section are recorded in the same
+transaction, so the rows of ``sections`` are in the order the store committed them.
 
 Two ways of writing, the two variants of a run:
 
 ``fenced``
-    ``SET value = value + 1``: the increment is computed by the store (Django's ``F()``).
+    ``value=F("value") + 1``: the increment is computed by the store.
 ``read-write``
     the value read at the start of the section, plus one: what a ``SELECT`` then ``save()``
     does. Fencing still refuses a write older than one already accepted, but not one that is
@@ -23,9 +23,17 @@ import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from django_redis_lock import Lock
 
 FENCED = "fenced"
 READ_WRITE = "read-write"
+# The workers take one of SEMAPHORE_LIMIT places of a semaphore instead of the lock, and write
+# unfenced (the holders write side by side): the checker counts holders past the limit.
+SEMAPHORE = "semaphore"
+SEMAPHORE_LIMIT = 2
 VARIANTS = (FENCED, READ_WRITE)
 COUNTER = "faults"
 # Workers wait for each other's short transactions; a paused worker may hold one a while.
@@ -120,36 +128,41 @@ class Store:
         return int(row.fetchone()[0])
 
     def write(
-        self, worker: int, token: int, start: float, read_value: int | None
+        self, worker: int, hold: Lock, start: float, read_value: int | None, *, fenced: bool = True
     ) -> tuple[bool, float]:
-        """Write with fencing token ``token``; record the section. (accepted, commit time)
+        """Write under ``hold`` with the ORM (``fenced_update``); record the section, in the
+        same transaction. (accepted, commit time)
 
-        ``read_value`` None: the store increments (fenced); else it stores read_value + 1.
+        ``read_value`` None: the store increments (fenced, unless ``fenced`` is False: a
+        semaphore's holders write side by side); else it stores read_value + 1.
         """
-        db = self.connection
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            if read_value is None:
-                cursor = db.execute(
-                    "UPDATE counter SET value = value + 1, token = ? WHERE name = ? AND token <= ?",
-                    (token, COUNTER, token),
-                )
+        from django.db import connection, transaction
+        from django.db.models import F, Value
+        from django.db.models.functions import Greatest
+
+        from django_redis_lock import StaleFencingToken, fenced_update
+        from faults.models import Counter
+
+        token = hold.fencing_token
+        assert token is not None
+        counter = Counter.objects.filter(name=COUNTER)
+        with transaction.atomic():
+            if not fenced:
+                counter.update(value=F("value") + 1, token=Greatest("token", Value(token)))
+                accepted = True
             else:
-                cursor = db.execute(
-                    "UPDATE counter SET value = ?, token = ? WHERE name = ? AND token <= ?",
-                    (read_value + 1, token, COUNTER, token),
-                )
-            accepted = cursor.rowcount == 1
+                value = F("value") + 1 if read_value is None else read_value + 1
+                try:
+                    accepted = fenced_update(counter, hold, value=value) == 1
+                except StaleFencingToken:
+                    accepted = False
             end = time.monotonic()
-            db.execute(
-                "INSERT INTO sections (worker, pid, token, start, end, wall, accepted, read_value)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (worker, os.getpid(), token, start, end, time.time(), accepted, read_value),
-            )
-            db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "INSERT INTO sections (worker, pid, token, start, end, wall, accepted, "
+                    "read_value) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+                    [worker, os.getpid(), token, start, end, time.time(), accepted, read_value],
+                )
         return accepted, end
 
     def event(self, worker: int, kind: str, detail: str = "") -> None:

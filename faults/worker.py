@@ -3,8 +3,9 @@
     python faults/worker.py STORE INDEX VARIANT LEASE WORK BLOCKING_TIMEOUT STOP_FILE
 
 Run by the controller (faults/run.py) with DJANGO_SETTINGS_MODULE=faults.settings. Until the
-stop file exists it loops: ``with lock(NAME)``, read the counter (read-write variant), work
-for WORK seconds, write with the hold's fencing token, release. Every pass ends in one record:
+stop file exists it loops: ``with lock(NAME)`` (the semaphore variant: one of two places of
+``semaphore(NAME, 2)``), read the counter (read-write variant), work for WORK seconds, write
+with the hold's fencing token, release. Every pass ends in one record:
 a section (in the store's write transaction) or an event (busy, unavailable, lost, ...).
 """
 
@@ -37,32 +38,47 @@ def main(argv: list[str]) -> None:
     lease, work, blocking_timeout = float(argv[3]), float(argv[4]), float(argv[5])
     stop_file = Path(argv[6])
 
+    import os
+
     import django
 
+    os.environ["FAULTS_STORE"] = str(store_path)  # the ORM's database (faults/settings.py)
     django.setup()
+    from django.db import DatabaseError
+
     from django_redis_lock import (
+        Lock,
         LockBusy,
         LockError,
         LockNotOwned,
         LockNotReplicated,
         LockUnavailable,
         lock,
+        semaphore,
     )
-    from faults.store import READ_WRITE, Store
+    from faults.store import READ_WRITE, SEMAPHORE, SEMAPHORE_LIMIT, Store
 
     store = Store(store_path)
     store.event(index, "ready")
     while not stop_file.exists():
-        held = lock(NAME, timeout=lease, blocking_timeout=blocking_timeout, label="faults")
+        held: Lock
+        if variant == SEMAPHORE:
+            held = semaphore(
+                NAME,
+                SEMAPHORE_LIMIT,
+                timeout=lease,
+                blocking_timeout=blocking_timeout,
+                label="faults",
+            )
+        else:
+            held = lock(NAME, timeout=lease, blocking_timeout=blocking_timeout, label="faults")
         wrote = False
         try:
             with held:
                 start = time.monotonic()
-                token = held.fencing_token
-                assert token is not None
                 read = store.read() if variant == READ_WRITE else None
                 time.sleep(work)  # the work the section protects
-                store.write(index, token, start, read)
+                store.write(index, held, start, read, fenced=variant != SEMAPHORE)
                 wrote = True
         except LockBusy:
             store.event(index, "busy")
@@ -74,7 +90,7 @@ def main(argv: list[str]) -> None:
             store.event(index, "release-unavailable" if wrote else "unavailable", str(exc))
             if not wrote:
                 time.sleep(UNAVAILABLE_PAUSE)
-        except (LockError, sqlite3.Error) as exc:
+        except (LockError, sqlite3.Error, DatabaseError) as exc:
             store.event(index, "error", f"{type(exc).__name__}: {exc}")
     store.event(index, "exit")
     store.close()

@@ -161,3 +161,14 @@ def driver(request: pytest.FixtureRequest) -> Iterator[SyncDriver]:
         return
     with async_driver() as driver:
         yield driver
+
+
+@pytest.fixture(autouse=True)
+def _forget_declared_semaphores() -> Iterator[None]:
+    """@locked(limit=...) records each semaphore it decorates for the system checks (E013):
+    a test's own are forgotten after it, so that other tests' checks do not see them."""
+    from django_redis_lock.locked import SEMAPHORES
+
+    declared = list(SEMAPHORES)
+    yield
+    SEMAPHORES[:] = declared

@@ -30,7 +30,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"runtime"}),
     frozenset({"core"}),
     frozenset({"ops"}),
-    frozenset({"locked", "unique"}),
+    frozenset({"locked", "unique", "fencing"}),
     frozenset({"admin", "management", "checks", "apps", "models", "migrations", "__init__"}),
 )
 #: The longest a module may be, in lines.

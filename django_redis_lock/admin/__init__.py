@@ -138,18 +138,18 @@ class LockAdmin(StatsPage, admin.ModelAdmin):  # type: ignore[type-arg]  # not s
         if not self.has_view_permission(request):
             raise PermissionDenied
         name = name_from_segment(object_id)
-        context = self._context(request, shown(name), lock=None)  # the heading: cut
+        context = self._context(request, shown(name), holds=[])  # the heading: cut
         try:
             manager = self.manager()
-            info = manager.get(name)
-            if info is None:
+            holds = manager.holders(name)  # a lock's hold, or a semaphore's holders
+            if not holds:
                 error = self._not_listed(manager, name)
                 return render(request, "detail", context, error=error, status=404)
         except ValueError as exc:
             raise Http404(str(exc)) from None
         except LockUnavailable as exc:
             return render(request, "detail", context, error=str(exc), status=503)
-        context["lock"] = self._row(info, None)
+        context["holds"] = [self._row(info, None) for info in holds]
         return render(request, "detail", context)
 
     def _not_listed(self, manager: LockManager, name: str) -> str:
@@ -173,7 +173,7 @@ class LockAdmin(StatsPage, admin.ModelAdmin):  # type: ignore[type-arg]  # not s
             if not selected:
                 return self._back(request, "Select the locks to release.", messages.WARNING)
             if request.POST.get("post") != "yes":
-                return self._confirmation(request, manager, [name for name, _ in selected])
+                return self._confirmation(request, manager, selected)
             # Only the holds the operator confirmed: a lock taken over since stays held.
             released = [
                 self._release(request, manager, name, token)
@@ -187,12 +187,12 @@ class LockAdmin(StatsPage, admin.ModelAdmin):  # type: ignore[type-arg]  # not s
         return self._released(request, [each for each in released if each], len(selected))
 
     def _confirmation(
-        self, request: HttpRequest, manager: LockManager, names: list[str]
+        self, request: HttpRequest, manager: LockManager, selected: list[tuple[str, int | None]]
     ) -> HttpResponse:
         """The page that asks before releasing: who holds each lock, and what happens."""
         rows = []
-        for name in names:
-            info = manager.get(name)
+        for name, token in selected:
+            info = _chosen(manager.holders(name), token)
             if info is None:
                 rows.append({"name": shown(name), "why": self._not_listed(manager, name)})
             else:
@@ -265,11 +265,12 @@ class LockAdmin(StatsPage, admin.ModelAdmin):  # type: ignore[type-arg]  # not s
         )
         return {
             "info": info,
-            "name": shown(info.name, limit),
+            "name": shown(info.shown_name, limit),
             "owner": shown(info.owner, limit),
             "label": shown(info.label, limit) if info.label else None,
             "url": url,
-            "value": form_value(info.name),
+            # A lock: whichever hold it has when confirmed; a semaphore's: this holder.
+            "value": form_value(info.name, None if info.kind == "lock" else info.fencing_token),
             "expires": math.isfinite(info.ttl),
             "primaries": ", ".join(info.primaries),
         }
@@ -283,3 +284,12 @@ class LockAdmin(StatsPage, admin.ModelAdmin):  # type: ignore[type-arg]  # not s
             "can_release": self.has_delete_permission(request),
             **extra,
         }
+
+
+def _chosen(holds: list[LockInfo], token: int | None) -> LockInfo | None:
+    """The hold a selection names: the one with ``token``; without one, the lock's hold (or
+    the only holder)."""
+    if token is not None:
+        return next((info for info in holds if info.fencing_token == token), None)
+    locks = [info for info in holds if info.kind == "lock"]
+    return (locks or holds)[0] if len(locks) == 1 or len(holds) == 1 else None

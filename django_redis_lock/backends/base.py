@@ -34,11 +34,18 @@ class LockKeys:
     waiters: str
     #: The hold and wait statistics of the lock (see ``stats.py``).
     stats: str
+    #: What the scripts' names start with: "" for a lock's, "shared_" for a semaphore's or a
+    #: read/write lock's (``lock`` is then its holders hash).
+    family: str = ""
     #: The keys in the order every script takes them.
     all: tuple[str, str, str, str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "all", (self.lock, self.queue, self.waiters, self.stats))
+
+    def script(self, name: str) -> ScriptName:
+        """The name of this family's script ``name`` ("acquire", "release"...)."""
+        return self.family + name
 
 
 class LuaScript:
@@ -97,6 +104,11 @@ class Backend(Protocol):
         """The Redis keys of the lock ``name`` (cached)."""
         ...
 
+    def shared_keys_for(self, name: str) -> LockKeys:
+        """The Redis keys of the semaphore or read/write lock ``name`` (cached); a backend
+        that cannot hold one raises ImproperlyConfigured."""
+        ...
+
     def parts(self, keys: LockKeys, script: ScriptName) -> list[tuple[Backend, LockKeys, str]]:
         """Where a call of ``script`` on ``keys`` goes, as (one-server backend, keys, script)."""
         ...
@@ -146,9 +158,13 @@ def connection_of(pool: Any, read_timeout: float) -> Any:
 
 
 def demoted(error: Exception) -> bool:
-    """Whether a Sentinel-managed connection failed because its server answered READONLY:
-    a primary demoted by a failover (the library hangs that connection up and raises this)."""
-    return isinstance(error.__context__, errors.READ_ONLY)
+    """Whether a script failed because its server answered READONLY: a primary demoted by a
+    failover. A Sentinel-managed connection hangs up and raises a connection error over it;
+    Redis 6.2 reports it inside the script's error (``-READONLY``), which the client passes
+    on as it is: the caller hangs up then."""
+    if isinstance(error.__context__, errors.READ_ONLY):
+        return True
+    return isinstance(error, errors.RESPONSE) and "-READONLY " in str(error)
 
 
 def tag(name: str) -> str:

@@ -71,6 +71,10 @@ class ClusterLockBackend(LockBackend):
         pipelined: the cluster client sends each node its own in one round trip."""
         return [value for reply in self._each("read", keys) for value in reply]
 
+    def read_shared(self, keys: Sequence[str | bytes]) -> list[Any]:
+        """:meth:`LockBackend.read_shared`, one key per command, as :meth:`read`."""
+        return [each for reply in self._each("shared_read_many", keys) for each in reply]
+
     def read_stats(self, keys: Sequence[str | bytes]) -> list[list[Any]]:
         """:meth:`LockBackend.read_stats`, one key per command, as :meth:`read`."""
         return flat_lists([each for reply in self._each("stats_read_many", keys) for each in reply])

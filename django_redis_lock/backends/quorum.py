@@ -151,9 +151,15 @@ class QuorumBackend(QuorumPlans):
 
     # -- what the Lock and the watchdog call -----------------------------------------------
 
-    def _keys_for(self, name: str) -> LockKeys:
-        """The lock's "keys" here are its name: each member makes its own keys from it."""
+    def _keys_for(self, name: str) -> LockKeys:  # its name: each member makes its own keys
         return LockKeys(name, name, name, name)
+
+    def shared_keys_for(self, name: str) -> LockKeys:
+        raise ImproperlyConfigured(
+            f"Semaphores and read/write locks cannot be quorum locks (cache {self.alias!r}): "
+            "give them one primary (Sentinel and WAIT_REPLICAS where a failover must not lose "
+            "a grant): semaphore(..., using=<alias>)."
+        )
 
     @property
     def listable(self) -> bool:
@@ -334,6 +340,9 @@ class QuorumBackend(QuorumPlans):
                 return connection.read_response()
         except errors.CONNECTION as exc:
             if not _resendable(exc, sent.reused):
+                raise
+        except errors.RESPONSE as exc:  # Redis 6.2's READONLY, inside the script's error
+            if not demoted(exc):
                 raise
         connection.disconnect()
         _send(connection, sent.command, reused=False)

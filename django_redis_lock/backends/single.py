@@ -72,6 +72,7 @@ class LockBackend:
         #: Whether the primary is found through Sentinel, and so may move.
         self.sentinel = is_sentinel_pool(getattr(client, "connection_pool", None))
         self.keys_for = lru_cache(maxsize=4096)(self._keys_for)
+        self.shared_keys_for = lru_cache(maxsize=4096)(self._shared_keys_for)
         self._frame = self._key_frame()
 
     def make_key(self, body: str) -> str:
@@ -87,6 +88,19 @@ class LockBackend:
             queue=self.make_key(f"{base}q:{name}"),
             waiters=self.make_key(f"{base}w:{name}"),
             stats=self.make_key(f"{base}s:{name}"),
+        )
+
+    def _shared_keys_for(self, name: str) -> LockKeys:
+        """The Redis keys of the semaphore or read/write lock ``name``: its holders, queue and
+        waiters (letters of their own: a lock and a semaphore of one name are apart), and the
+        statistics a lock of that name would have."""
+        base = f"{self.namespace}:{{{tag(name)}}}:"
+        return LockKeys(
+            lock=self.make_key(f"{base}m:{name}"),
+            queue=self.make_key(f"{base}n:{name}"),
+            waiters=self.make_key(f"{base}o:{name}"),
+            stats=self.make_key(f"{base}s:{name}"),
+            family="shared_",
         )
 
     def _key_frame(self) -> tuple[str, str] | None:
@@ -124,6 +138,12 @@ class LockBackend:
         tag_at = len(before) + 1  # ``before`` ends with "<namespace>:"; then "{<tag>}:l:"
         return name if key[tag_at : tag_at + _TAG_LENGTH] == tag(name) else None
 
+    def kind_of_key(self, key: str) -> str:
+        """The letter of a key found by :meth:`scan_pattern`: "l" a lock's, "m" the holders
+        of a semaphore or read/write lock, "s" statistics."""
+        assert self._frame is not None
+        return key[len(self._frame[0]) + _TAG_FRAME - 2]
+
     def channel(self, process_id: str) -> str:
         """The pub/sub channel on which grants for one process arrive."""
         return self.make_key(f"{self.namespace}:wake:{process_id}")
@@ -145,10 +165,11 @@ class LockBackend:
         """Run one of the lock's scripts on the sync client; its reply."""
         try:
             return self._scripts[script].run(self.client, keys, args)
-        except errors.CONNECTION as exc:
+        except errors.CONNECTION + errors.RESPONSE as exc:
             if not demoted(exc):
                 raise
         # The server is a replica now (it wrote nothing): once more, on the current primary.
+        self.client.connection_pool.disconnect(inuse_connections=False)
         self.primary_address()
         return self._scripts[script].run(self.client, keys, args)
 
@@ -159,7 +180,9 @@ class LockBackend:
         client = self.async_client()
         try:
             return await self._scripts[script].arun(client, keys, args)
-        except errors.CONNECTION as exc:
+        except errors.CONNECTION + errors.RESPONSE as exc:
+            if isinstance(exc, errors.RESPONSE) and not demoted(exc):
+                raise
             if demoted(exc):  # the server is a replica now (it wrote nothing)
                 await self._afollow_primary(client)
             # Else a pooled connection that died while idle (the server restarted since): the
@@ -249,6 +272,12 @@ class LockBackend:
     def read(self, keys: Sequence[str | bytes]) -> list[Any]:
         """READ of ``keys`` (lock keys, any number) in one round trip: six values per key."""
         return scripts.decode_read(self.run("read", keys, ()))
+
+    def read_shared(self, keys: Sequence[str | bytes]) -> list[Any]:
+        """The holders of semaphores and read/write locks (holders keys, any number) in one
+        round trip: per key, its limit and a record per live holder (see SHARED_READ_MANY)."""
+        found: list[Any] = scripts.decode_read(self.run("shared_read_many", keys, ()))
+        return found
 
     def read_stats(self, keys: Sequence[str | bytes]) -> list[list[Any]]:
         """The statistics hashes of ``keys`` (any number) in one round trip: a flat list of

@@ -2,7 +2,7 @@
 
 :func:`check_settings` (registered when the app is ready) checks REDIS_LOCK's values here, and
 the caches locks use in ``caches.py``: their backends, options and what their servers say of
-themselves. :data:`CHECKS` lists every id.
+themselves; the models with fences in ``fencing.py``. :data:`CHECKS` lists every id.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from typing import Any
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 
+from django_redis_lock.checks import fencing  # noqa: F401  (registers its check)
 from django_redis_lock.checks.caches import check_caches, refusal
 from django_redis_lock.conf import DEFAULTS
 from django_redis_lock.validation import (
@@ -40,6 +41,9 @@ CHECKS: dict[str, str] = {
     "E011": "WAIT_REPLICAS or WAIT_TIMEOUT cannot be used.",
     "E012": "A quorum CACHE that cannot work: fewer than three aliases, one named twice, two on "
     "one server, a cluster, or a cache that is not a Redis one.",
+    "E013": "@locked(limit=...) semaphores on REDIS_LOCK['CACHE'] when it is a quorum, which "
+    "cannot hold semaphores.",
+    "E014": "A model with FencedModelMixin and no FenceField, or with several FenceFields.",
     "W001": "REDIS_LOCK has a key this app does not know (a misspelling?).",
     "W002": "The lock cache's KEY_FUNCTION hides key text: held locks cannot be listed.",
     "W003": "The lock cache sets no socket timeout.",
@@ -82,10 +86,27 @@ def check_settings(**kwargs: Any) -> list[CheckMessage]:
         for key in sorted(set(configured) - set(DEFAULTS))
     ]
     errors += _check_values(options)
+    errors += _check_semaphores(options)
     replication = _check_replication(options)
     # A backend cannot be built with unusable WAIT settings: their error says it all.
     errors += replication or check_caches(options)
     return errors
+
+
+def _check_semaphores(options: dict[str, Any]) -> list[CheckMessage]:
+    """E013: a semaphore (@locked with a limit) on the default cache, which is a quorum."""
+    from django_redis_lock.locked import SEMAPHORES
+
+    if not isinstance(options["CACHE"], (list, tuple)) or None not in SEMAPHORES:
+        return []
+    return [
+        Error(
+            f"{SEMAPHORES.count(None)} @locked(limit=...) semaphore(s) use REDIS_LOCK['CACHE'], "
+            "a quorum: semaphores and read/write locks cannot be quorum locks.",
+            hint="Give them a cache alias of one primary: @locked(..., limit=N, using=<alias>).",
+            id="django_redis_lock.E013",
+        )
+    ]
 
 
 def _check_replication(options: dict[str, Any]) -> list[CheckMessage]:

@@ -51,6 +51,8 @@ class Attempt(NamedTuple):
     confirm: bool = False
     #: "1": count the first busy answer in the lock's statistics.
     record: str = ""
+    #: The acquire script's last arguments: a semaphore's or read/write lock's kind and limit.
+    extra: tuple[Any, ...] = ()
 
 
 #: An acquire's attempts: the hold taken, or None.
@@ -85,7 +87,7 @@ def queued_attempts(attempt: Attempt) -> Flow[Acquired | None]:
     before it is taken: an attempt's directly, a hand-over's by a check that its hold stands
     (a failover may have lost it: the attempts go on).
     """
-    keys, args, channel, wait, limit, busy, confirm, record = attempt
+    keys, args, channel, wait, limit, busy, confirm, record, extra = attempt
     deadline = None if limit is None else time.monotonic() + limit
     listening = False
     while True:
@@ -102,7 +104,10 @@ def queued_attempts(attempt: Attempt) -> Flow[Acquired | None]:
         # A grant too few replicas acknowledged raises LockNotReplicated: the caller gives it
         # back. A busy answer granted nothing, and needs no acknowledgement.
         result = yield Call(
-            "acquire", keys.all, [*args, wait_ms, channel, _QUEUE_GRACE_MS, counted], acked=True
+            keys.script("acquire"),
+            keys.all,
+            [*args, wait_ms, channel, _QUEUE_GRACE_MS, counted, *extra],
+            acked=True,
         )
         if not isinstance(result, list):  # the fencing token: acquired
             took = time.monotonic() - sent
@@ -110,7 +115,7 @@ def queued_attempts(attempt: Attempt) -> Flow[Acquired | None]:
                 return Acquired(int(result), handed_over=False)
             # The lease may have ended before the reply came: give the grant back now, and
             # try again while there is time to wait.
-            yield Call("leave", keys.all, [args[0], lock_settings.tombstone_ms])
+            yield Call(keys.script("leave"), keys.all, [args[0], lock_settings.tombstone_ms])
             if not wait_ms:
                 raise LateGrant(
                     f"Redis granted the lock, but its reply took {took:.2f} s, as long as the "
@@ -133,7 +138,9 @@ def queued_attempts(attempt: Attempt) -> Flow[Acquired | None]:
             message = yield Wait(max(0.0, pause))
             if isinstance(message, Grant):
                 if not confirm or (
-                    yield Call("extend", (keys.lock,), [args[0], 0, "check"], acked=True)
+                    yield Call(
+                        keys.script("extend"), (keys.lock,), [args[0], 0, "check"], acked=True
+                    )
                 ):
                     return Acquired(message.token, handed_over=True)
                 break  # the grant did not survive a failover: look again
@@ -150,7 +157,7 @@ def quorum_attempts(attempt: Attempt) -> Flow[Acquired | None]:
     back a failed attempt's grants, which the watchdog may finish later, never frees a
     later attempt's; the acquire's own secret frees any of them (see QUORUM_LEAVE).
     """
-    keys, args, channel, wait, limit, busy, _, record = attempt
+    keys, args, channel, wait, limit, busy, _, record, _ = attempt
     secret, ttl, owner, label = args
     deadline = None if limit is None else time.monotonic() + limit
     listening = False

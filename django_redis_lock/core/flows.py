@@ -73,7 +73,8 @@ class LockFlows:
         back what they may have got: at once, or through the watchdog when Redis failed.
         """
         if self._holding():
-            left = yield Call("extend", (self._keys.lock,), self._confirm_args(), acked=True)
+            extend = self._keys.script("extend")
+            left = yield Call(extend, (self._keys.lock,), self._confirm_args(), acked=True)
             if self._confirmed(left):
                 return self._reenter()
         if self._auto_timeout:
@@ -96,6 +97,7 @@ class LockFlows:
                 self._busy,
                 self._backend.wait_replicas > 0,
                 lock_settings.stats,
+                self._acquire_extra(),
             )
             acquired = yield from attempts_for(self._backend)(attempt)
         except LateGrant:  # given back already
@@ -112,17 +114,23 @@ class LockFlows:
         self._waited_ms = round((time.monotonic() - started) * 1000) if self._was_busy else 0
         return self._took(secret, acquired)
 
+    def _acquire_extra(self) -> tuple[Any, ...]:
+        """What the acquire script takes after a lock's arguments (a semaphore's kind and
+        limit, see core/shared.py); a lock's takes nothing more."""
+        return ()
+
     def _leaving(self, secret: str, *, now: bool) -> Flow[None]:
         """Free what an attempt of ``secret`` may have got, or take it out of the queue: at
         once when Redis is fine (``now``), else through the watchdog once Redis answers."""
         args: list[Any] = [secret, lock_settings.tombstone_ms]
         if now:
             try:
-                yield Call("leave", self._keys.all, args)
+                yield Call(self._keys.script("leave"), self._keys.all, args)
                 return
             except Exception:  # Redis failed meanwhile: the watchdog settles it later
                 pass
-        runtime().watchdog.settle(Settle(self._backend, self._keys, args))
+        leave = self._keys.script("leave")
+        runtime().watchdog.settle(Settle(self._backend, self._keys, args, leave))
 
     def _busy(self, lease_left_ms: int, first: bool, held_ms: int = -1) -> None:
         """An attempt found the lock busy: note the holder's lease and how long it has held
@@ -207,10 +215,12 @@ class LockFlows:
             self._timeout_ms,
         ]
         try:
-            released = yield Call("release", self._keys.all, args)  # 3: a retry of this release
+            # 3: a retry of this release
+            released = yield Call(self._keys.script("release"), self._keys.all, args)
         except BaseException:  # it may not have run: the watchdog runs it again once Redis is
             # back (a retry by this object then finds the lock released by it, quietly)
-            runtime().watchdog.settle(Settle(self._backend, self._keys, args, "release"))
+            release = self._keys.script("release")
+            runtime().watchdog.settle(Settle(self._backend, self._keys, args, release))
             raise
         token = self.fencing_token
         self._forget()
@@ -235,7 +245,8 @@ class LockFlows:
             raise LockNotOwned(f"The lock {self.name!r} was lost; it cannot be extended.")
         sent = time.monotonic()
         keys, record = (self._keys.lock, self._keys.stats), lock_settings.stats
-        left = yield Call("extend", keys, [secret, ms, mode, record], acked=True)
+        extend = self._keys.script("extend")
+        left = yield Call(extend, keys, [secret, ms, mode, record], acked=True)
         if not left:
             self._lose()
             raise LockNotOwned(f"The lock {self.name!r} is no longer held by this Lock object.")
@@ -246,7 +257,8 @@ class LockFlows:
 
     def _reading(self) -> Flow[tuple[Any, int]]:
         """The holder's secret (False: none) and the lease left in ms, as Redis has them."""
-        values = decode_read((yield Call("read", (self._keys.lock,), ())))
+        read = Call(self._keys.script("read"), (self._keys.lock,), (self._secret or "",))
+        values = decode_read((yield read))
         return values[0], values[5]
 
     def _statistics(self) -> Flow[LockStats | None]:

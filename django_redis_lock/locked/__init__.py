@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from asgiref.sync import iscoroutinefunction
+from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest
 from django.views import View
 
@@ -31,12 +32,16 @@ from django_redis_lock.locked.naming import NameSpec, Naming, check_template
 from django_redis_lock.validation import (
     validate_blocking_timeout,
     validate_label,
+    validate_limit,
     validate_optional_flag,
     validate_timeout,
     validate_using,
 )
 
 Decorated = TypeVar("Decorated")
+
+#: The ``using`` of every @locked(limit=...) decorated so far (None: REDIS_LOCK["CACHE"]).
+SEMAPHORES: list[str | None] = []
 
 # The arguments Django calls a view's dispatch with: what the class decorator's names read.
 _DISPATCH_SIGNATURE = inspect.signature(View.dispatch)
@@ -51,6 +56,7 @@ def locked(
     on_busy: Callable[..., Any] | None = None,
     label: str | None = None,
     using: str | Sequence[str] | None = None,
+    limit: int | None = None,
 ) -> Callable[[Decorated], Decorated]:
     """Run the decorated view, function or task only while holding the lock ``name``.
 
@@ -62,7 +68,8 @@ def locked(
     ``REDIS_LOCK["BUSY_STATUS"]`` (423) with Retry-After, functions and tasks raise LockBusy;
     ``on_busy(*args, **kwargs)`` replaces either and its value is returned. ``label`` (default:
     the callable's dotted name; at most MAX_LABEL_LENGTH) is shown to operators with the request
-    path or task id, the whole shortened to MAX_LABEL_LENGTH.
+    path or task id, the whole shortened to MAX_LABEL_LENGTH. With ``limit``, the name is a
+    semaphore's: at most ``limit`` calls run at once (a view answers 423 when all are taken).
     """
     if isinstance(name, str):
         check_template(name)  # now, also where the arguments are known only per request
@@ -76,7 +83,15 @@ def locked(
     validate_label(label)
     using = validate_using(using)
     validate_optional_flag(auto_renew, "auto_renew")
-    options = Options(name, timeout, blocking_timeout, auto_renew, on_busy, label, using)
+    if limit is not None:
+        validate_limit(limit)
+        if isinstance(using, tuple):
+            raise ImproperlyConfigured(
+                "@locked(limit=...) is a semaphore, which cannot be a quorum lock: give it one "
+                "cache alias (using=<alias>)."
+            )
+        SEMAPHORES.append(using)  # the system checks look at them (a quorum CACHE: E013)
+    options = Options(name, timeout, blocking_timeout, auto_renew, on_busy, label, using, limit)
     # method_decorator decorates on every call: what can be reused is kept here.
     drivers: dict[tuple[Any, type], SyncDriver | AsyncDriver] = {}
 

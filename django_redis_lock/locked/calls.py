@@ -23,7 +23,9 @@ from asgiref.sync import sync_to_async
 from django.http import HttpResponseBase
 
 from django_redis_lock.conf import lock_settings
+from django_redis_lock.core.current import holding
 from django_redis_lock.core.lock import Lock
+from django_redis_lock.core.shared import SharedLock
 from django_redis_lock.exceptions import LockBusy, LockError, LockUnavailable
 from django_redis_lock.locked import responses
 from django_redis_lock.locked.integrations import celery_task_id, request_in
@@ -45,6 +47,8 @@ class Options:
     on_busy: Callable[..., Any] | None
     label: str | None
     using: Using
+    #: A semaphore's limit: at most this many calls at once (None: a lock, one call at once).
+    limit: int | None = None
 
 
 @dataclass(frozen=True)
@@ -143,14 +147,16 @@ class LockedCall:
 
     def _lock(self, name: str) -> Lock:
         options = self.spec.options
-        return Lock(  # `using` was checked when the callable was decorated
-            name,
-            using=options.using,
-            timeout=options.timeout,
-            blocking_timeout=options.blocking_timeout,
-            auto_renew=options.auto_renew,
-            label=self._label(),
-        )
+        kept: dict[str, Any] = {  # `using` was checked when the callable was decorated
+            "using": options.using,
+            "timeout": options.timeout,
+            "blocking_timeout": options.blocking_timeout,
+            "auto_renew": options.auto_renew,
+            "label": self._label(),
+        }
+        if options.limit is not None:
+            return SharedLock(name, "s", options.limit, **kept)
+        return Lock(name, **kept)
 
     def _label(self) -> str:
         """The label, with the request or the task; shortened, as a long URL must still run."""
@@ -267,7 +273,8 @@ class SyncDriver:
             case Stage.ACQUIRE:
                 return call.lock.acquire()
             case Stage.RUN:
-                result = call.invoke(func)
+                with holding(call.lock):
+                    result = call.invoke(func)
                 if inspect.isawaitable(result):  # an async view this decorator could not tell
                     getattr(result, "close", lambda: None)()
                     label = self.spec.label
@@ -319,7 +326,8 @@ class AsyncDriver:
             case Stage.RUN:
                 # Not awaitable when a sync decorator below answered at once (method_decorator
                 # with require_GET on an async view's dispatch returns its 405 as it is).
-                return await _awaited(call.invoke(func))
+                with holding(call.lock):
+                    return await _awaited(call.invoke(func))
             case Stage.ON_BUSY:
                 return await _awaited(call.on_busy())
             case Stage.RELEASE:

@@ -23,6 +23,7 @@ from django_redis_lock.ops.records import (
     Released,
     info_of,
     released_of,
+    shared_infos,
     warn_skipped,
 )
 from django_redis_lock.stats import LockStats
@@ -73,8 +74,13 @@ class LockManager:
         locks whose data this library did not write are skipped, with one warning that counts
         them.
         """
-        match = self._backend.scan_pattern(validate_pattern(pattern))  # errors at the call
+        match = self._scan_pattern(pattern)  # errors at the call
         return Listing(lambda listing: self._listed(match))
+
+    def _scan_pattern(self, pattern: str) -> str:
+        """SCAN's MATCH for the keys of held locks named ``pattern``: a lock's, and the holders
+        of a semaphore or read/write lock."""
+        return self._backend.scan_pattern(validate_pattern(pattern), kind="[lm]")
 
     def _listed(self, match: str) -> Iterator[LockInfo]:
         skipped = 0
@@ -95,7 +101,7 @@ class LockManager:
         the pages go through its primaries one after the other; a cursor of a cluster whose
         slots moved to other primaries since is refused (ValueError: start again).
         """
-        match = self._backend.scan_pattern(validate_pattern(pattern))
+        match = self._scan_pattern(pattern)
         first_slot, scan_cursor = validate_cursor(self.check_cursor(cursor))
         size = validate_page_size(size)
         found: InfoList = []
@@ -124,7 +130,8 @@ class LockManager:
         warn_skipped(skipped)
         more = server < len(servers)
         next_cursor = page_cursor(slots[server], int(scan_cursor)) if more else ""
-        return LockPage(sorted(found, key=lambda info: info.name), next_cursor)
+        found.sort(key=lambda info: (info.name, info.kind, info.fencing_token))
+        return LockPage(found, next_cursor)
 
     def check_cursor(self, cursor: object) -> str:
         """``cursor`` if :meth:`page` can go on from it: "" or a page's ``next_cursor``;
@@ -166,7 +173,38 @@ class LockManager:
             return None
 
     def _fetch_keys(self, keys: Sequence[bytes | str]) -> tuple[InfoList, int]:
-        return self._fetch(keys, [self.name_of(key) for key in keys])
+        """The held locks of the keys SCAN found: locks' and semaphores' (and read/write
+        locks') holders, each read in one round trip."""
+        shared = [key for key in keys if self._kind_of(key) == "m"]
+        locks = [key for key in keys if self._kind_of(key) != "m"]
+        found, skipped = self._fetch(locks, [self.name_of(key) for key in locks])
+        if shared:
+            holders, unreadable = self._fetch_shared(shared, [self.name_of(k) for k in shared])
+            found.extend(holders)
+            skipped += unreadable
+        return found, skipped
+
+    def _kind_of(self, key: bytes | str) -> str:
+        return self._backend.kind_of_key(
+            key.decode("utf-8", "replace") if isinstance(key, bytes) else key
+        )
+
+    def _fetch_shared(
+        self, keys: Sequence[bytes | str], names: Sequence[str | None]
+    ) -> tuple[InfoList, int]:
+        """The holders of the semaphores and read/write locks of ``keys`` (named ``names``)."""
+        with redis_errors("Could not read locks"):
+            records = self._backend.read_shared(keys)
+        found: InfoList = []
+        skipped = 0
+        for name, record in zip(names, records, strict=True):
+            holders, unreadable = shared_infos(name or "", record)
+            if name is None:  # a key no semaphore() reaches (not its tag, not a name): skipped
+                skipped += 1 if holders or unreadable else 0
+                continue
+            found.extend(holders)
+            skipped += unreadable
+        return found, skipped
 
     def _fetch(
         self, keys: Sequence[bytes | str], names: Sequence[str | None]
@@ -234,6 +272,15 @@ class LockManager:
         warn_skipped(skipped)
         return found[0] if found else None
 
+    def holders(self, name: str) -> InfoList:
+        """Every hold of ``name``: its lock's, and each holder of its semaphore or read/write
+        lock (a name may be both); skips (and warns of) what :meth:`list` skips."""
+        validate_name(name)
+        found = [info for info in [self.get(name)] if info is not None]
+        holders, skipped = self._fetch_shared([self._backend.shared_keys_for(name).lock], [name])
+        warn_skipped(skipped)
+        return found + sorted(holders, key=lambda info: info.fencing_token)
+
     def release(self, name: str) -> bool:
         """Force-release ``name`` whoever holds it, waking its waiters; True if it was held."""
         return self.force_release(name) is not None
@@ -245,10 +292,13 @@ class LockManager:
         someone else is left alone (an operator confirmed the release of the other hold).
         Without it, a hold whose data this library did not write is released too.
         """
-        keys = self._backend.keys_for(validate_name(name)).all
+        keys = self._backend.keys_for(validate_name(name))
         args = [lock_settings.tombstone_ms, "" if fencing_token is None else int(fencing_token)]
         with redis_errors(f"Could not release lock {name!r}"):
-            held = self._backend.run("force_release", keys, args)
+            held = self._backend.run("force_release", keys.all, args)
+            if not held:  # a semaphore's or read/write lock's holder (the only one, or token's)
+                shared = self._backend.shared_keys_for(name)
+                held = self._backend.run(shared.script("force_release"), shared.all, args)
         return released_of(name, held) if held else None
 
     def clear(self, pattern: str = "*", progress: Callable[[int, int], None] | None = None) -> int:
@@ -264,9 +314,10 @@ class LockManager:
         with redis_errors("Could not clear locks"):
             seconds, micros = backend.client.time()
             backend.load("force_release")  # a pipeline cannot load it
+            backend.load("shared_force_release")
         started = EPOCH + datetime.timedelta(seconds=int(seconds), microseconds=int(micros))
         clock = time.monotonic()
-        match = backend.scan_pattern(validate_pattern(pattern))
+        match = self._scan_pattern(pattern)
         for found, unreadable in self._batches(match):
             skipped += unreadable
             # Taken since the start by the server's clock, give or take a second of the
@@ -275,9 +326,11 @@ class LockManager:
             write = backend.client.pipeline(transaction=False)
             for info in found:
                 if not started <= info.acquired_at <= started + running:
-                    keys = backend.keys_for(info.name).all
+                    keys = (backend.keys_for if info.kind == "lock" else backend.shared_keys_for)(
+                        info.name
+                    )
                     args = [lock_settings.tombstone_ms, info.fencing_token]
-                    backend.queue(write, "force_release", keys, args)
+                    backend.queue(write, keys.script("force_release"), keys.all, args)
             with redis_errors("Could not clear locks"):
                 results = write.execute()
             released += sum(1 for result in results if result)

@@ -121,6 +121,10 @@ class QuorumLockManager(LockManager):
         warn_skipped(skipped)
         return found[0][0] if found else None
 
+    def holders(self, name: str) -> InfoList:
+        """The hold of ``name`` (a quorum has no semaphores nor read/write locks)."""
+        return [info for info in [self.get(name)] if info is not None]
+
     def force_release(self, name: str, fencing_token: int | None = None) -> Released | None:
         """Force-release ``name`` on every primary: the hold a majority has (with
         ``fencing_token``, only if it is that hold); without a token, whatever each primary

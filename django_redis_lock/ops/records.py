@@ -50,6 +50,19 @@ class LockInfo:
     #: Of a quorum lock, the cache aliases of the primaries that did not answer when it was read
     #: (they may hold it too).
     unanswered: tuple[str, ...] = ()
+    #: What is held: "lock", or one holder of a "semaphore", or the "read" or "write" side of
+    #: a read/write lock (a name with several holders is listed once per holder).
+    kind: str = "lock"
+    #: A semaphore's limit (as its last acquire asked for); None otherwise.
+    limit: int | None = None
+
+    @property
+    def shown_name(self) -> str:
+        """The name with what is held, for a table: ``reports [semaphore of 3]``."""
+        if self.kind == "lock":
+            return self.name
+        what = f"semaphore of {self.limit}" if self.kind == "semaphore" else self.kind
+        return f"{self.name} [{what}]"
 
 
 @dataclass(frozen=True)
@@ -107,6 +120,35 @@ def info_of(name: str, fields: Sequence[object], pttl: int) -> LockInfo | None:
         acquired_at=moment,
         ttl=math.inf if pttl == -1 else pttl / 1000,
     )
+
+
+_KINDS = {"s": "semaphore", "r": "read", "w": "write"}
+
+
+def shared_infos(name: str, record: object) -> tuple[list[LockInfo], int]:
+    """The holders of a semaphore or read/write lock from its SHARED_READ_MANY record
+    ({limit, holders}), and how many of them cannot be shown truthfully."""
+    if not (isinstance(record, list) and len(record) == 2 and isinstance(record[1], list)):
+        return [], 0
+    limit = _integer(record[0]) if isinstance(record[0], str) else None
+    found: list[LockInfo] = []
+    skipped = 0
+    for holder in record[1]:
+        if not (isinstance(holder, list) and len(holder) == 6 and isinstance(holder[4], int)):
+            skipped += 1
+            continue
+        *fields, lease_ms, kind = holder
+        info = info_of(name, fields, lease_ms)
+        if info is None or kind not in _KINDS:
+            skipped += 1
+            continue
+        kind_name = _KINDS[kind]
+        found.append(
+            dataclasses.replace(
+                info, kind=kind_name, limit=limit if kind_name == "semaphore" else None
+            )
+        )
+    return found, skipped
 
 
 def warn_unanswered(unanswered: dict[str, str], members: int) -> None:

@@ -255,7 +255,7 @@ class Watchdog:
         # With WAIT_REPLICAS a renewal counts once replicas have it: a failover to one that
         # lacks it would end the hold at its old lease (LockNotReplicated: retried).
         run = backend.run_acked if backend.wait_replicas else backend.run
-        left = run("extend", keys, args)
+        left = run(hold.keys.script("extend"), keys, args)
         if not left:
             self._lose(hold)
             return
@@ -275,7 +275,7 @@ class Watchdog:
             # Redis may still have the hold, renewed (a renewal that replicas did not
             # acknowledge, a reply lost): give it back once Redis answers, not at its lease end.
             args = [hold.secret, lock_settings.tombstone_ms]
-            self.settle(Settle(hold.backend, hold.keys, args, "release"))
+            self.settle(Settle(hold.backend, hold.keys, args, hold.keys.script("release")))
             return
         logger.warning(
             "Could not renew lock %r (%s); retrying before its lease ends.", hold.name, exc

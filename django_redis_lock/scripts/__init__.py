@@ -35,7 +35,8 @@ Fencing tokens are ``max(last token + 1, server clock in microseconds)``: strict
 while the tombstone lives, and past it as long as the Redis server's clock does not go back.
 
 The scripts live by kind: ``queue.py`` (a lock on one server: its queue of waiters),
-``quorum.py`` (a lock on each primary of a quorum), ``stats.py`` (recording and reading the
+``quorum.py`` (a lock on each primary of a quorum), ``shared.py`` (semaphores and read/write
+locks: several holders, each with its own lease), ``stats.py`` (recording and reading the
 statistics). Each is headed by its KEYS and ARGV. They stay Python strings, as redis-py keeps
 its own: the helpers they share are put together in Python.
 """
@@ -61,6 +62,15 @@ from django_redis_lock.scripts.quorum import (
     QUORUM_MAX_LEAD_US,
     QUORUM_RAISE,
     QUORUM_RELEASE,
+)
+from django_redis_lock.scripts.shared import (
+    SHARED_ACQUIRE,
+    SHARED_EXTEND,
+    SHARED_FORCE,
+    SHARED_LEAVE,
+    SHARED_READ,
+    SHARED_READ_MANY,
+    SHARED_RELEASE,
 )
 from django_redis_lock.scripts.stats import (
     BOUNDS_MS,
@@ -110,4 +120,12 @@ SOURCES = {
     "stats_count": STATS_COUNT,
     "stats_read": STATS_READ,
     "stats_read_many": STATS_READ_MANY,
+    # A semaphore's or a read/write lock's: the names of a lock's, after "shared_".
+    "shared_acquire": SHARED_ACQUIRE,
+    "shared_release": SHARED_RELEASE,
+    "shared_leave": SHARED_LEAVE,
+    "shared_force_release": SHARED_FORCE,
+    "shared_extend": SHARED_EXTEND,
+    "shared_read": SHARED_READ,
+    "shared_read_many": SHARED_READ_MANY,
 }

@@ -131,7 +131,7 @@ class TaskKey(Lock):
         return self._holding()
 
     def _holder(self) -> Flow[Holder | None]:
-        values = decode_read((yield Call("read", (self._keys.lock,), ())))
+        values = decode_read((yield Call(self._keys.script("read"), (self._keys.lock,), ("",))))
         secret, token, label = values[0], values[1], values[3]
         if not secret or not isinstance(secret, str):
             return None
@@ -144,7 +144,7 @@ class TaskKey(Lock):
     def _adopting(self, holder: Holder, owner: str, label: str) -> Flow[bool]:
         keys = (self._keys.lock, self._keys.stats)
         args = [holder.secret, self._timeout_ms, "replace", "", owner, label]
-        if not (yield Call("extend", keys, args, acked=True)):
+        if not (yield Call(self._keys.script("extend"), keys, args, acked=True)):
             return False
         self.label = label
         return self._took(holder.secret, Acquired(holder.token, handed_over=False))
@@ -154,7 +154,8 @@ class TaskKey(Lock):
         ms = 0 if lease is None else round(lease * 1000)
         mode = "check" if lease is None else "replace"
         keys = (self._keys.lock, self._keys.stats)
-        if not (yield Call("extend", keys, [secret, ms, mode, "", owner, label], acked=True)):
+        args = [secret, ms, mode, "", owner, label]
+        if not (yield Call(self._keys.script("extend"), keys, args, acked=True)):
             self._lose()
             return False
         self.label = label

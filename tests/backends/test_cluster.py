@@ -367,3 +367,19 @@ def test_the_doctor_asks_every_primary(on_cluster: ClusterTopology) -> None:
     ]
     assert warned == [f"127.0.0.1:{first.port} (cache 'default')"]
     assert "replicas" not in levels(findings)  # a cluster refuses WAIT_REPLICAS
+
+
+def test_semaphores_and_read_write_locks_on_every_primary(on_cluster: ClusterTopology) -> None:
+    from django_redis_lock import rwlock, semaphore
+
+    names = [f"pool:{i}" for i in range(12)]  # spread over the primaries by their hash tags
+    holders = [semaphore(name, 2) for name in names for _ in range(2)]
+    for held in holders:
+        assert held.acquire(blocking=False)
+    assert not semaphore(names[0], 2).acquire(blocking=False)
+    listed = get_lock_manager().list("pool:*")
+    assert sorted(info.name for info in listed) == sorted(names * 2)
+    assert get_lock_manager().clear("pool:*") == 24
+    with rwlock("cluster:doc").write() as writer:
+        assert writer.fencing_token is not None
+        assert not rwlock("cluster:doc").read().acquire(blocking=False)

@@ -962,3 +962,19 @@ def test_a_hold_an_extend_finds_gone_is_counted_once(quorum: list[redis.Redis]) 
     stats = get_lock_manager().get_stats("extended")
     assert stats is not None
     assert (stats.lost, stats.forced) == (1, 0)
+
+
+def test_semaphores_and_read_write_locks_are_refused_on_a_quorum(quorum: list[redis.Redis]) -> None:
+    from django_redis_lock import locked, rwlock, semaphore
+    from django_redis_lock.locked import SEMAPHORES
+
+    with pytest.raises(ImproperlyConfigured, match="cannot be quorum locks"):
+        semaphore("x", 2)
+    with pytest.raises(ImproperlyConfigured, match="cannot be quorum locks"):
+        rwlock("x")
+    with pytest.raises(ImproperlyConfigured, match="cannot be a quorum lock"):
+        locked("x", limit=2, using=list(ALIASES))
+    SEMAPHORES.clear()  # those of other tests of this process
+    locked("x", limit=2)  # on REDIS_LOCK["CACHE"]: the system check says it
+    ids = [m.id for m in run_checks(tags=["caches"]) if m.id.startswith("django_redis_lock")]
+    assert ids == ["django_redis_lock.E013"]

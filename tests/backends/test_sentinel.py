@@ -277,3 +277,32 @@ def test_checks_and_the_doctor_ask_for_every_replica() -> None:
         assert levels(findings)["replicas"] == "ok"
         assert levels(findings)["socket-timeout"] == "ok"
         assert status == 0
+
+
+@pytest.mark.usefixtures("on_sentinel")
+def test_semaphores_and_read_write_locks_with_wait_replicas(settings: Any) -> None:
+    from django_redis_lock import rwlock, semaphore
+
+    settings.REDIS_LOCK = {**settings.REDIS_LOCK, "WAIT_REPLICAS": 1, "WAIT_TIMEOUT": 1}
+    first, second = semaphore("sentinel:pool", 2), semaphore("sentinel:pool", 2)
+    assert first.acquire()
+    assert second.acquire()
+    third = semaphore("sentinel:pool", 2, blocking_timeout=5)
+    waiting = start(third.acquire)
+    wait_until(
+        lambda: (
+            runtime()
+            .backend()
+            .client.zcard(runtime().backend().shared_keys_for("sentinel:pool").queue)
+        )
+    )
+    first.release()
+    assert waiting.result(10) is True  # handed over, and the grant acknowledged by a replica
+    assert {info.fencing_token for info in get_lock_manager().holders("sentinel:pool")} == {
+        second.fencing_token,
+        third.fencing_token,
+    }
+    second.release()
+    third.release()
+    with rwlock("sentinel:doc").read(), rwlock("sentinel:doc").read():
+        assert not rwlock("sentinel:doc").write().acquire(blocking=False)

@@ -232,21 +232,27 @@ def test_signals(caplog: pytest.LogCaptureFixture) -> None:
 
 
 @pytest.mark.django_db
-def test_fencing(redis_client: redis.Redis) -> None:
+def test_fencing(redis_client: redis.Redis, rf: Any) -> None:
+    from django_redis_lock import StaleFencingToken
     from testproject.models import Account
 
     fencing = example("fencing")
     account = Account.objects.create(balance=Decimal(100))
     fencing.withdraw(account.pk, Decimal(30))
+    assert fencing.deposit(rf.get("/"), pk=account.pk).status_code == 200
+    fencing.withdraw_checked(account.pk, Decimal(20))
+    with pytest.raises(ValueError, match="not enough"):
+        fencing.withdraw_checked(account.pk, Decimal(1000))
     account.refresh_from_db()
-    assert account.balance == Decimal(70)
+    assert account.balance == Decimal(60)
     assert account.fence > 0
-    # A later holder wrote first (its token is larger): this holder's write is refused.
+    # A later holder wrote first (its token is larger): each way of writing is refused.
     Account.objects.filter(pk=account.pk).update(fence=account.fence + 10**12)
-    with pytest.raises(fencing.StaleHolder):
-        fencing.withdraw(account.pk, Decimal(30))
+    for write in (fencing.withdraw, fencing.withdraw_checked, fencing.withdraw_unsafe):
+        with pytest.raises(StaleFencingToken):
+            write(account.pk, Decimal(30))
     account.refresh_from_db()
-    assert account.balance == Decimal(70)
+    assert account.balance == Decimal(60)
 
 
 def test_settings_options() -> None:
@@ -288,3 +294,25 @@ def test_unique_tasks() -> None:
     with lock("unique:report:2", label="x queued as xyz"):
         assert unique_tasks.request_report(2) == "xyz"
     assert calls() == [("build_report", None)]
+
+
+def test_semaphores() -> None:
+    from django.test import RequestFactory
+
+    from django_redis_lock import rwlock, semaphore
+
+    examples = example("semaphores")
+    examples.build(1)
+    assert examples.show(7) == "text"
+    with rwlock("document:7").read():  # readers together
+        assert examples.show(7) == "text"
+    examples.edit(7, "new")
+    assert calls() == [
+        ("build_report", None),
+        ("read_document", 7),
+        ("read_document", 7),
+        ("write_document", (7, "new", True)),
+    ]
+    with semaphore("exports", 2), semaphore("exports", 2):
+        assert examples.export(RequestFactory().get("/")).status_code == 423
+    assert examples.export(RequestFactory().get("/")).status_code == 200

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import copy
 import itertools
-import math
 import sys
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -20,16 +19,25 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_redis_lock.display import counted, safe_json, safe_text
 from django_redis_lock.exceptions import LockUnavailable
+from django_redis_lock.management.commands._output import (
+    COLUMNS,
+    MAX_WIDTH,
+    STATS_COLUMNS,
+    WIDTH_SAMPLE,
+    as_json,
+    bar,
+    cells,
+    columns,
+    line,
+    quoted,
+    stats_cells,
+)
 from django_redis_lock.ops import get_lock_manager
 from django_redis_lock.ops.doctor import ERROR, OK, WARNING, diagnose
 from django_redis_lock.ops.manager import LockManager
 from django_redis_lock.ops.records import LockInfo
-from django_redis_lock.stats import SORT_KEYS, LockStats, duration, sort_key
+from django_redis_lock.stats import SORT_KEYS, sort_key
 
-# Rows whose widths set the table's columns; longer cells later are cut.
-_WIDTH_SAMPLE = 500
-_MAX_WIDTH = 60
-_COLUMNS = ("NAME", "TTL", "OWNER", "LABEL", "ACQUIRED", "TOKEN")
 # Options of the whole command (by dest): Django's common ones and --using. They are accepted
 # after the subcommand as well, where users put them.
 _COMMON_OPTIONS = frozenset(
@@ -46,97 +54,9 @@ _COMMON_OPTIONS = frozenset(
 )
 
 
-def as_json(info: LockInfo) -> dict[str, Any]:
-    """The JSON object of one held lock (ttl null: the key has no expiry)."""
-    return {
-        "name": info.name,
-        "fencing_token": info.fencing_token,
-        "owner": info.owner,
-        "label": info.label,
-        "acquired_at": info.acquired_at.isoformat(),
-        "ttl": info.ttl if math.isfinite(info.ttl) else None,
-        **({"primaries": list(info.primaries)} if info.primaries else {}),
-        **({"unanswered": list(info.unanswered)} if info.unanswered else {}),
-    }
-
-
 def _aliases(text: str) -> str | list[str]:
     """``--using``: one cache alias, or a quorum's separated by commas."""
     return [alias.strip() for alias in text.split(",")] if "," in text else text
-
-
-def _columns(info: LockInfo) -> tuple[str, ...]:
-    """The table's columns: a quorum's locks add the primaries that hold each."""
-    return (*_COLUMNS, "PRIMARIES") if info.primaries else _COLUMNS
-
-
-def _cells(info: LockInfo) -> tuple[str, ...]:
-    acquired = info.acquired_at.strftime("%Y-%m-%d %H:%M:%S UTC")
-    ttl = f"{info.ttl:.1f}s" if math.isfinite(info.ttl) else "no expiry"
-    cells = [info.name, ttl, info.owner, info.label or "-", acquired, str(info.fencing_token)]
-    if info.primaries:
-        cells.append(", ".join(info.primaries))
-    return tuple(safe_text(cell) for cell in cells)
-
-
-_STATS_COLUMNS = (
-    "NAME",
-    "ACQ",
-    "BUSY",
-    "LOST",
-    "FORCED",
-    "HOLD P50",
-    "P99",
-    "MAX",
-    "WAIT P50",
-    "P99",
-    "TIMEOUT",
-    "SUGGESTED",
-)
-
-
-def _seconds(value: float | None) -> str:
-    return "-" if value is None else duration(value)
-
-
-def _stats_cells(stats: LockStats) -> tuple[str, ...]:
-    suggested = _seconds(stats.suggested_timeout)
-    cells = (
-        stats.name,
-        str(stats.acquisitions),
-        str(stats.busy),
-        str(stats.lost),
-        str(stats.forced),
-        _seconds(stats.hold_p50),
-        _seconds(stats.hold_p99),
-        _seconds(stats.hold_max),
-        _seconds(stats.wait_p50),
-        _seconds(stats.wait_p99),
-        _seconds(stats.timeout),
-        f"{suggested} !" if stats.warnings else suggested,
-    )
-    return tuple(safe_text(cell) for cell in cells)
-
-
-def _bar(done: int, total: int | None, width: int = 30) -> str:
-    """A progress bar when the total is known, else the count."""
-    if not total:
-        return f"{done}"
-    filled = round(width * min(done, total) / total)
-    return f"[{'#' * filled}{'.' * (width - filled)}] {done}/{total}"
-
-
-def _line(cells: Iterable[str], widths: list[int]) -> str:
-    """One table line: each cell cut to its column's width, and padded."""
-    padded = (
-        (cell if len(cell) <= width else cell[: width - 1] + "…").ljust(width)
-        for cell, width in zip(cells, widths, strict=True)
-    )
-    return "  ".join(padded).rstrip()
-
-
-def _quoted(name: str) -> str:
-    return f"'{safe_text(name)}'"
 
 
 def _accept_common_options(subcommand: CommandParser, parser: CommandParser) -> None:
@@ -169,8 +89,16 @@ class Command(BaseCommand):
         show = commands.add_parser("show", help="Show one held lock.")
         show.add_argument("name")
         show.add_argument("--json", action="store_true", help="Print a JSON object.")
-        release = commands.add_parser("release", help="Force-release one lock.")
+        release = commands.add_parser(
+            "release", help="Force-release one lock, or one holder of a semaphore."
+        )
         release.add_argument("name")
+        release.add_argument(
+            "--token",
+            type=int,
+            help="Only the hold with this fencing token (needed for a name with several "
+            "holders: a semaphore, readers).",
+        )
         clear = commands.add_parser("clear", help="Force-release every matching lock.")
         clear.add_argument("--pattern", default="*", help="Glob on lock names (default: *).")
         clear.add_argument("--yes", action="store_true", help="Do not ask for confirmation.")
@@ -224,19 +152,33 @@ class Command(BaseCommand):
             )
 
     def _show(self, manager: LockManager, options: dict[str, Any]) -> None:
-        info = self._held(manager, options["name"])
-        if options["json"]:
-            self.stdout.write(safe_json(as_json(info), indent=2))
+        holds = self._held(manager, options["name"])
+        if options["json"]:  # a lock's hold: an object; a semaphore's holders: an array
+            shown = [as_json(info) for info in holds]
+            single = len(holds) == 1 and holds[0].kind == "lock"
+            self.stdout.write(safe_json(shown[0] if single else shown, indent=2))
             return
-        for label, value in zip(_columns(info), _cells(info), strict=True):  # cells are safe text
-            self.stdout.write(f"{self.style.MIGRATE_LABEL(f'{label.lower():>9}')}  {value}")
+        for i, info in enumerate(holds):
+            if i:
+                self.stdout.write("")
+            for label, value in zip(columns(info), cells(info), strict=True):  # safe text
+                self.stdout.write(f"{self.style.MIGRATE_LABEL(f'{label.lower():>9}')}  {value}")
 
     def _release(self, manager: LockManager, options: dict[str, Any]) -> None:
-        released = manager.force_release(options["name"])
+        name, token = options["name"], options["token"]
+        released = manager.force_release(name, token)
         if released is None:
-            raise CommandError(f"No lock named {_quoted(options['name'])} is held.")
+            holds = manager.holders(name)
+            if token is None and len(holds) > 1:
+                tokens = ", ".join(str(info.fencing_token) for info in holds)
+                raise CommandError(
+                    f"{quoted(name)} has {len(holds)} holders: pass --token to release one "
+                    f"(their fencing tokens: {tokens})."
+                )
+            held = f" with fencing token {token}" if token is not None else ""
+            raise CommandError(f"No lock named {quoted(name)} is held{held}.")
         info = released.info
-        text = self.style.SUCCESS(f"Released {_quoted(released.name)}") + (
+        text = self.style.SUCCESS(f"Released {quoted(released.name)}") + (
             f" (held by {safe_text(info.owner)}, fencing token {info.fencing_token})"
             if info
             else ", whose data this library did not write (not readable)"
@@ -257,7 +199,7 @@ class Command(BaseCommand):
             return
         total = None if options["yes"] else self._confirm(manager, pattern)
         if total == 0:
-            self.stdout.write(f"No held lock matches {_quoted(pattern)}.")
+            self.stdout.write(f"No held lock matches {quoted(pattern)}.")
             return
         handed_over = 0
 
@@ -265,8 +207,8 @@ class Command(BaseCommand):
             nonlocal handed_over
             handed_over = handed
             if self._on_terminal():
-                bar = _bar(released, total)
-                self.stdout.write(f"\r{self.style.MIGRATE_LABEL('releasing')} {bar}", ending="")
+                shown = bar(released, total)
+                self.stdout.write(f"\r{self.style.MIGRATE_LABEL('releasing')} {shown}", ending="")
                 self.stdout.flush()
 
         released = manager.clear(pattern, progress=progress)
@@ -287,7 +229,7 @@ class Command(BaseCommand):
         try:
             answer = input(
                 f"Force-release {counted(count, 'lock')} matching "
-                f"{_quoted(pattern)}? Their holders lose them. [y/N] "
+                f"{quoted(pattern)}? Their holders lose them. [y/N] "
             )
         except (EOFError, KeyboardInterrupt):
             answer = ""
@@ -307,18 +249,18 @@ class Command(BaseCommand):
         if not found:
             self.stdout.write("No statistics recorded for these locks.")
             return
-        rows = [_stats_cells(stats) for stats in found]
+        rows = [stats_cells(stats) for stats in found]
         widths = [
-            min(_MAX_WIDTH, max(len(column), *(len(row[i]) for row in rows)))
-            for i, column in enumerate(_STATS_COLUMNS)
+            min(MAX_WIDTH, max(len(column), *(len(row[i]) for row in rows)))
+            for i, column in enumerate(STATS_COLUMNS)
         ]
-        self.stdout.write(self.style.MIGRATE_HEADING(_line(_STATS_COLUMNS, widths)))
+        self.stdout.write(self.style.MIGRATE_HEADING(line(STATS_COLUMNS, widths)))
         for row in rows:
-            self.stdout.write(_line(row, widths))
+            self.stdout.write(line(row, widths))
         flagged = [stats for stats in found if stats.warnings]
         for stats in flagged:
             for warning in stats.warnings:
-                self.stdout.write(self.style.WARNING(f"{_quoted(stats.name)}: {warning}"))
+                self.stdout.write(self.style.WARNING(f"{quoted(stats.name)}: {warning}"))
         self.stdout.write(
             f"{counted(len(found), 'lock name')}; times are the upper bounds "
             "of their histogram buckets (or the longest hold, when shorter); suggested timeout: "
@@ -348,16 +290,16 @@ class Command(BaseCommand):
         if errors:
             raise CommandError(f"The doctor found {counted(errors, 'error')}.", returncode=1)
 
-    def _held(self, manager: LockManager, name: str) -> LockInfo:
-        info = manager.get(name)
-        if info is None and manager.lock(name).locked():
+    def _held(self, manager: LockManager, name: str) -> list[LockInfo]:
+        holds = manager.holders(name)
+        if not holds and manager.lock(name).locked():
             raise CommandError(
-                f"The lock {_quoted(name)} is held, but its data is not readable (this library "
+                f"The lock {quoted(name)} is held, but its data is not readable (this library "
                 "did not write it); `locks release` frees it."
             )
-        if info is None:
-            raise CommandError(f"No lock named {_quoted(name)} is held.")
-        return info
+        if not holds:
+            raise CommandError(f"No lock named {quoted(name)} is held.")
+        return holds
 
     def _write_json_array(self, locks: Iterable[LockInfo]) -> None:
         """Stream a JSON array, one object per line, without holding the list in memory."""
@@ -373,22 +315,22 @@ class Command(BaseCommand):
     def _write_table(self, locks: Iterator[LockInfo]) -> None:
         """Columns sized from the first rows, then streamed; an empty listing says so."""
         sample: list[tuple[str, ...]] = []
-        columns: tuple[str, ...] = _COLUMNS
+        heads: tuple[str, ...] = COLUMNS
         for info in locks:
-            columns = _columns(info)
-            sample.append(_cells(info))
-            if len(sample) == _WIDTH_SAMPLE:
+            heads = columns(info)
+            sample.append(cells(info))
+            if len(sample) == WIDTH_SAMPLE:
                 break
         if not sample:
             self.stdout.write("No held locks.")
             return
         widths = [
-            min(_MAX_WIDTH, max(len(column), *(len(row[i]) for row in sample)))
-            for i, column in enumerate(columns)
+            min(MAX_WIDTH, max(len(column), *(len(row[i]) for row in sample)))
+            for i, column in enumerate(heads)
         ]
-        self.stdout.write(self.style.MIGRATE_HEADING(_line(columns, widths)))
+        self.stdout.write(self.style.MIGRATE_HEADING(line(heads, widths)))
         count = 0
-        for row in itertools.chain(sample, (_cells(info) for info in locks)):
+        for row in itertools.chain(sample, (cells(info) for info in locks)):
             count += 1
-            self.stdout.write(_line(row, widths))
+            self.stdout.write(line(row, widths))
         self.stdout.write(f"{counted(count, 'held lock')}.")

@@ -35,3 +35,12 @@ def rebuild_index() -> None:
 
 def send_digest_to(user_id: int) -> None:
     record("send_digest_to", user_id)
+
+
+def read_document(document_id: int) -> str:
+    record("read_document", document_id)
+    return "text"
+
+
+def write_document(document_id: int, text: str, fence: int) -> None:
+    record("write_document", (document_id, text, fence > 0))

@@ -1,0 +1,214 @@
+"""Fenced writes: one conditional ``UPDATE`` per write, so a check and a write never race.
+
+``UPDATE ... SET ..., fence = <token> WHERE <filter> AND fence <= <token>``: a row accepts a
+token at least the last it accepted (the hold's own second write passes), and refuses an older
+one. When the filter matched a row that the fence refused, the write is rolled back whole and
+:class:`StaleFencingToken` names the lock, the token and the rows.
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import TYPE_CHECKING, Any, TypeVar, cast
+
+from django.db import models, router, transaction
+
+from django_redis_lock.core.lock import Lock
+from django_redis_lock.core.shared import SharedLock
+from django_redis_lock.exceptions import LockNotOwned, StaleFencingToken
+from django_redis_lock.fencing.fields import fence_field_of
+
+if TYPE_CHECKING:
+    from django.db.models.query import QuerySet
+
+_M = TypeVar("_M", bound=models.Model)
+
+# A token is stored in a signed 64-bit column.
+MAX_TOKEN = 2**63 - 1
+# How many refused rows an error names.
+NAMED_ROWS = 5
+
+
+class Fence:
+    """A token to fence writes with, and the lock it came from (None: a bare token)."""
+
+    __slots__ = ("lock", "token")
+
+    def __init__(self, token: int, lock: str | None) -> None:
+        self.token, self.lock = token, lock
+
+    def describe(self) -> str:
+        held = f" of the lock {self.lock!r}" if self.lock is not None else ""
+        return f"fencing token {self.token}{held}"
+
+
+def fence_of(lock_or_token: object) -> Fence:
+    """The fence of a held Lock (a semaphore's place or a write hold too) or of an int token.
+
+    Refused before any query: a Lock that holds nothing or whose hold was found lost
+    (LockNotOwned), a read hold (ValueError: readers hold side by side), anything else
+    (TypeError).
+    """
+    if isinstance(lock_or_token, bool) or not isinstance(lock_or_token, (Lock, numbers.Integral)):
+        raise TypeError(
+            "A fenced write needs a held Lock (or a semaphore's place, or a write hold) or an "
+            f"int fencing token, not {type(lock_or_token).__name__}"
+            + (": inside @locked code, current_lock() is the hold" if lock_or_token is None else "")
+            + "."
+        )
+    if isinstance(lock_or_token, numbers.Integral):
+        token = int(lock_or_token)
+        if not 0 < token <= MAX_TOKEN:
+            raise ValueError(f"A fencing token is an integer from 1 to {MAX_TOKEN}, not {token}.")
+        return Fence(token, None)
+    held = lock_or_token
+    if isinstance(held, SharedLock) and held.kind == "r":
+        raise ValueError(
+            f"The read hold of {held.name!r} cannot fence a write: readers hold side by side. "
+            "Write under the write hold, rwlock(...).write()."
+        )
+    if held.lost:
+        raise LockNotOwned(f"The hold of the lock {held.name!r} was lost: nothing was written.")
+    if held.fencing_token is None:
+        raise LockNotOwned(
+            f"The lock {held.name!r} is not held by this object: acquire it before a fenced write."
+        )
+    return Fence(held.fencing_token, held.name)
+
+
+def _refused(
+    fence: Fence, model: type[models.Model], rows: list[tuple[Any, int]]
+) -> StaleFencingToken:
+    label = model._meta.label
+    pks = [pk for pk, _ in rows[:NAMED_ROWS]]
+    later = rows[0][1] if rows else None
+    named = ", ".join(repr(pk) for pk in pks) + (" and more" if len(rows) > NAMED_ROWS else "")
+    return StaleFencingToken(
+        f"The {fence.describe()} is stale: {label} pk={named} accepted token {later} from a "
+        "later holder. Nothing was written.",
+        lock=fence.lock,
+        token=fence.token,
+        model=label,
+        rows=pks,
+        fence=later,
+    )
+
+
+def fenced_update(queryset: QuerySet[_M], lock_or_token: object, /, **values: Any) -> int:
+    """Update the rows of ``queryset`` with ``values`` and the fence, if no later holder wrote
+    them: how many rows were written.
+
+    One ``UPDATE ... WHERE <filter> AND fence <= <token>``, in a transaction (a savepoint
+    inside one). When a row the filter matches carries a later token, nothing is written and
+    :class:`StaleFencingToken` is raised. ``lock_or_token``: a held Lock, a semaphore's place,
+    a write hold or an int token. Compute new values from the row (``F("balance") - 10``),
+    not from an earlier read: the docs' "Fencing" page shows why.
+    """
+    if not isinstance(queryset, models.QuerySet):
+        raise TypeError(f"fenced_update() takes a QuerySet, not {type(queryset).__name__}.")
+    fence = fence_of(lock_or_token)
+    field = fence_field_of(queryset.model)
+    if field.name in values or field.attname in values:
+        raise TypeError(f"fenced_update() sets {field.name!r} itself, to the hold's token.")
+    if not values:
+        raise TypeError("fenced_update() needs at least one field to write.")
+    # The alias update() itself would write to: the queryset's own, else the router's.
+    using = getattr(queryset, "_db", None) or router.db_for_write(queryset.model)
+    with transaction.atomic(using=using):
+        written = (
+            queryset.using(using)
+            .filter(**{f"{field.name}__lte": fence.token})
+            .update(**values, **{field.name: fence.token})
+        )
+        later = list(
+            queryset.using(using)
+            .filter(**{f"{field.name}__gt": fence.token})
+            .order_by("pk")
+            .values_list("pk", field.name)[: NAMED_ROWS + 1]
+        )
+        if later:
+            raise _refused(fence, queryset.model, later)
+    return written
+
+
+class FencedQuerySet(models.QuerySet[_M]):
+    """A QuerySet with :meth:`fenced_update`: ``objects = FencedQuerySet.as_manager()``."""
+
+    def fenced_update(self, lock_or_token: object, /, **values: Any) -> int:
+        """:func:`fenced_update` of this queryset."""
+        return fenced_update(self, lock_or_token, **values)
+
+
+class FencedModelMixin:
+    """``save(fence=lock_or_token)`` for a model with a :class:`FenceField`: the ``UPDATE``
+    that saves the row also checks its fence, so a later holder's write is never overwritten.
+
+    ``class Account(FencedModelMixin, models.Model)``. Without ``fence`` a save is Django's.
+    A row that does not exist yet is inserted with the token as its fence.
+    """
+
+    _fence_now: Fence | None = None
+
+    @property
+    def _fenced_model(self) -> type[models.Model]:
+        return cast("type[models.Model]", type(self))  # a mixin of Model subclasses only
+
+    def save(self, *args: Any, fence: object = None, **kwargs: Any) -> None:
+        """Django's ``save()``; with ``fence``, refused (StaleFencingToken) when the row
+        accepted a later token than the hold's."""
+        if fence is None:
+            super().save(*args, **kwargs)  # type: ignore[misc]
+            return
+        checked = fence_of(fence)
+        field = fence_field_of(self._fenced_model)
+        before = getattr(self, field.attname)
+        setattr(self, field.attname, checked.token)
+        fields = kwargs.get("update_fields")
+        if fields is not None and field.name not in fields and field.attname not in fields:
+            kwargs["update_fields"] = [*fields, field.name]  # the row takes the token too
+        self._fence_now = checked
+        using = kwargs.get("using") or router.db_for_write(self._fenced_model, instance=self)
+        try:
+            # A savepoint: a refusal leaves the caller's transaction usable, as with
+            # fenced_update() (Django marks it for rollback after any failed save).
+            with transaction.atomic(using=using):
+                super().save(*args, **kwargs)  # type: ignore[misc]
+        except BaseException:
+            setattr(self, field.attname, before)
+            raise
+        finally:
+            del self._fence_now
+
+    async def asave(self, *args: Any, fence: object = None, **kwargs: Any) -> None:
+        """:meth:`save` for async code (in a thread, as Django's ``asave()``)."""
+        from asgiref.sync import sync_to_async
+
+        await sync_to_async(self.save)(*args, fence=fence, **kwargs)
+
+    def _do_update(
+        self,
+        base_qs: QuerySet[Any],
+        using: str | None,
+        pk_val: Any,
+        values: Any,
+        *args: Any,
+        **kwargs: Any,
+    ) -> Any:
+        # Django's save() updates each table of the model (a parent's too) through here; the
+        # one with the fence column gets the fence in its WHERE.
+        update = super()._do_update  # type: ignore[misc]
+        fence = self._fence_now
+        field = fence_field_of(self._fenced_model) if fence is not None else None
+        if fence is None or field is None or field not in base_qs.model._meta.local_concrete_fields:
+            return update(base_qs, using, pk_val, values, *args, **kwargs)
+        fenced = base_qs.filter(**{f"{field.name}__lte": fence.token})
+        updated = update(fenced, using, pk_val, values, *args, **kwargs)
+        if not updated:
+            later = list(
+                base_qs.filter(pk=pk_val, **{f"{field.name}__gt": fence.token}).values_list(
+                    "pk", field.name
+                )
+            )
+            if later:
+                raise _refused(fence, base_qs.model, later)
+        return updated

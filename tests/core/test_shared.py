@@ -1,0 +1,178 @@
+"""Semaphores and read/write locks: places, leases, fencing, waiting, sync and async."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+import redis
+
+from django_redis_lock import LockBusy, LockNotOwned, rwlock, semaphore
+from django_redis_lock.validation import MAX_LIMIT
+from tests.helpers import SyncDriver, start, wait_until
+
+
+def test_at_most_limit_holders_and_a_release_lets_the_next_in(driver: SyncDriver) -> None:
+    first, second, third = (semaphore("reports", 2) for _ in range(3))
+    assert driver.acquire(first)
+    assert driver.acquire(second)
+    assert not driver.acquire(third, blocking=False)
+    assert driver.locked(third)
+    assert not driver.owned(third)
+    assert third.busy_ttl is not None
+    assert 0 < third.busy_ttl <= 30
+    tokens = [first.fencing_token, second.fencing_token]
+    driver.release(first)
+    assert driver.acquire(third, blocking=False)
+    assert tokens[0] < tokens[1] < third.fencing_token
+    driver.release(second)
+    driver.release(third)
+    assert not driver.locked(semaphore("reports", 2))
+
+
+def test_a_waiter_is_handed_a_freed_place_in_arrival_order() -> None:
+    holder = semaphore("gate", 1)
+    assert holder.acquire()
+    early, late = semaphore("gate", 1), semaphore("gate", 1)
+    got_early = start(lambda: early.acquire(blocking_timeout=10))
+    wait_until(lambda: get_queue_length("gate") == 1)
+    got_late = start(lambda: late.acquire(blocking_timeout=10))
+    wait_until(lambda: get_queue_length("gate") == 2)
+    holder.release()
+    assert got_early.result(5) is True
+    assert not got_late.done()
+    early.release()
+    assert got_late.result(5) is True
+    late.release()
+
+
+def get_queue_length(name: str) -> int:
+    from django_redis_lock.runtime import runtime
+
+    backend = runtime().for_locks(None)
+    return int(backend.client.zcard(backend.shared_keys_for(name).queue))
+
+
+def test_a_crashed_holders_place_comes_back_at_its_lease(redis_client: redis.Redis) -> None:
+    crashed = semaphore("jobs", 1, timeout=0.5, auto_renew=False)
+    assert crashed.acquire()  # and never released, nor renewed: as a holder that died
+    waiter = semaphore("jobs", 1)
+    began = time.monotonic()
+    assert waiter.acquire(blocking_timeout=5)  # the first waiter looks again at the lease end
+    assert time.monotonic() - began < 2
+    with pytest.raises(LockNotOwned):
+        crashed.release()
+    waiter.release()
+
+
+def test_the_watchdog_renews_each_holder() -> None:
+    held = semaphore("long", 2, timeout=0.3)
+    assert held.acquire()
+    time.sleep(0.9)  # three leases: only renewals keep it
+    assert held.owned()
+    held.release()
+
+
+def test_readers_share_and_a_writer_is_alone(driver: SyncDriver) -> None:
+    document = rwlock("doc:1")
+    readers = [document.read() for _ in range(3)]
+    for reader in readers:
+        assert driver.acquire(reader, blocking=False)
+    writer = document.write()
+    assert not driver.acquire(writer, blocking=False)
+    for reader in readers:
+        driver.release(reader)
+    assert driver.acquire(writer, blocking=False)
+    assert not driver.acquire(document.read(), blocking=False)
+    assert not driver.acquire(document.write(), blocking=False)
+    driver.release(writer)
+
+
+def test_a_waiting_writer_is_not_starved_by_readers() -> None:
+    document = rwlock("doc:2")
+    reader = document.read()
+    assert reader.acquire()
+    writer = document.write()
+    writing = start(lambda: writer.acquire(blocking_timeout=10))
+    wait_until(lambda: get_queue_length("doc:2") == 1)
+    # A reader that comes while the writer waits waits behind it.
+    assert not document.read().acquire(blocking=False)
+    late_reader = document.read()
+    reading = start(lambda: late_reader.acquire(blocking_timeout=10))
+    wait_until(lambda: get_queue_length("doc:2") == 2)
+    reader.release()
+    assert writing.result(5) is True
+    assert not reading.done()
+    writer.release()
+    assert reading.result(5) is True
+    late_reader.release()
+
+
+def test_with_blocks_and_lockbusy() -> None:
+    with semaphore("pair", 1), pytest.raises(LockBusy), semaphore("pair", 1, blocking_timeout=0):
+        pass
+    document = rwlock("doc:3", blocking_timeout=0)
+    with document.write(), pytest.raises(LockBusy), document.read():
+        pass
+
+
+def test_a_cancelled_async_waiter_leaves_nothing_behind() -> None:
+    holder = semaphore("async", 1)
+    assert holder.acquire()
+
+    async def cancelled() -> None:
+        waiter = semaphore("async", 1)
+        task = asyncio.ensure_future(waiter.aacquire(blocking_timeout=10))
+        await asyncio.sleep(0.2)  # queued by now (a wait of 10 s)
+        assert get_queue_length("async") == 1
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(cancelled())
+    assert get_queue_length("async") == 0
+    holder.release()
+    assert not semaphore("async", 1).locked()  # no place was given to the cancelled waiter
+
+
+def test_fencing_tokens_increase_per_name_across_kinds_and_holders() -> None:
+    tokens = []
+    for _ in range(3):
+        with semaphore("fenced", 3) as held:
+            tokens.append(held.fencing_token)
+    with rwlock("fenced-rw").read() as reader:
+        tokens_rw = [reader.fencing_token]
+    with rwlock("fenced-rw").write() as writer:
+        tokens_rw.append(writer.fencing_token)
+    assert tokens == sorted(set(tokens))
+    assert tokens_rw == sorted(set(tokens_rw))
+
+
+def test_the_limit_is_each_acquires_own() -> None:
+    """A holder gets in when fewer than its limit hold the name: a smaller limit takes no
+    place from holders already in, a larger one lets more in."""
+    wide = [semaphore("changing", 3) for _ in range(3)]
+    for each in wide:
+        assert each.acquire(blocking=False)
+    assert not semaphore("changing", 2).acquire(blocking=False)
+    assert semaphore("changing", 4).acquire(blocking=False)
+
+
+@pytest.mark.parametrize(
+    ("limit", "error"),
+    [(0, ValueError), (MAX_LIMIT + 1, ValueError), (True, TypeError), ("3", TypeError)],
+)
+def test_a_bad_limit_is_refused_at_the_call(limit: Any, error: type[Exception]) -> None:
+    with pytest.raises(error, match="limit"):
+        semaphore("x", limit)
+
+
+def test_bad_options_are_refused_at_the_call() -> None:
+    with pytest.raises(ValueError, match="timeout"):
+        rwlock("x", timeout=0)
+    with pytest.raises(ValueError, match="empty"):
+        rwlock("")
+    with pytest.raises(ValueError, match="blocking_timeout"):
+        semaphore("x", 2, blocking_timeout=-1)

@@ -1,0 +1,192 @@
+"""Fenced writes on SQLite and on PostgreSQL (a server of the tests' own): a holder SIGSTOPped
+past its lease wakes up and writes, and its write is refused while the holders after it lose
+nothing; the read-modify-write that fencing cannot save, and the two patterns that are safe."""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+from collections.abc import Callable
+from decimal import Decimal
+
+import pytest
+from django.db import connections, transaction
+from django.db.models import F
+
+from django_redis_lock import Lock, LockNotOwned, StaleFencingToken, fenced_update, lock
+from testproject.models import Account
+from tests.helpers import fork_child, wait_children
+
+pytestmark = pytest.mark.slow
+
+# The stopped holder's lease: the holders after it wait this long for the lock.
+LEASE = 1.0
+WITHDRAWERS, ROUNDS = 3, 3
+
+
+@pytest.fixture(
+    params=[
+        # Committed rows (no test transaction around it): other processes see them.
+        pytest.param("sqlite", marks=pytest.mark.django_db(transaction=True)),
+        "postgresql",
+    ]
+)
+def alias(request: pytest.FixtureRequest) -> str:
+    """The database alias of each database in turn: the suite's SQLite, a PostgreSQL."""
+    if request.param == "sqlite":
+        return "default"
+    return str(request.getfixturevalue("postgres_db"))
+
+
+def _account(alias: str, balance: int = 100) -> Account:
+    return Account.objects.using(alias).create(balance=Decimal(balance))
+
+
+def _balance(alias: str, account: Account) -> Decimal:
+    return Account.objects.using(alias).get(pk=account.pk).balance
+
+
+def _read(fd: int, timeout: float = 30.0) -> bytes:
+    """What a child wrote to the pipe ``fd``, waited for at most ``timeout`` seconds."""
+    ready, _, _ = select.select([fd], [], [], timeout)
+    assert ready, f"no word from the child in {timeout:g} s"
+    return os.read(fd, 64)
+
+
+def _stopped_holder(
+    alias: str, account: Account, write: Callable[[Lock], None], *, renew: bool = False
+) -> tuple[bytes, int]:
+    """A child takes a lock for ``account`` (LEASE seconds), says so, and is SIGSTOPped until
+    WITHDRAWERS other processes have each taken the lock ROUNDS times and written 10 off the
+    account; then it wakes up and runs ``write(hold)``. What it said of its write ("refused",
+    "lost" or "written"), and how many writes the withdrawers made.
+
+    Without renewal (``renew`` False) nothing tells the holder that its lease ended: it writes
+    with its stale token, and only the database can refuse. A renewing holder's watchdog may
+    find the hold lost as it wakes, and then fenced_update() refuses it before any query.
+    """
+    name = f"fence:account:{alias}:{account.pk}"
+    connections.close_all()  # the children open their own
+    held_r, held_w = os.pipe()
+    go_r, go_w = os.pipe()
+    said_r, said_w = os.pipe()
+
+    def stale() -> None:
+        hold = lock(name, timeout=LEASE, auto_renew=renew)
+        assert hold.acquire()
+        os.write(held_w, b"held")
+        os.read(go_r, 1)  # stopped here, until well past its lease
+        try:
+            write(hold)
+        except StaleFencingToken:
+            os.write(said_w, b"refused")
+        except LockNotOwned:
+            os.write(said_w, b"lost")
+        else:
+            os.write(said_w, b"written")
+
+    def withdraw() -> None:
+        for _ in range(ROUNDS):
+            with lock(name, blocking_timeout=30) as hold:
+                queryset = Account.objects.using(alias).filter(pk=account.pk)
+                fenced_update(queryset, hold, balance=F("balance") - 10)
+
+    stale_pid = fork_child(stale)
+    try:
+        assert _read(held_r) == b"held"
+        os.kill(stale_pid, signal.SIGSTOP)  # its watchdog stops too: the lease runs out
+        others = [fork_child(withdraw) for _ in range(WITHDRAWERS)]
+        assert wait_children(others) == [0] * WITHDRAWERS
+    finally:
+        os.kill(stale_pid, signal.SIGCONT)
+        os.write(go_w, b"g")
+    assert wait_children([stale_pid]) == [0]
+    return _read(said_r), WITHDRAWERS * ROUNDS
+
+
+@pytest.mark.parametrize("renew", [False, True], ids=["unrenewed", "renewed"])
+def test_a_stopped_holder_wakes_up_and_its_write_is_refused(alias: str, renew: bool) -> None:
+    account = _account(alias)
+
+    def write(hold: Lock) -> None:
+        fenced_update(
+            Account.objects.using(alias).filter(pk=account.pk), hold, balance=F("balance") - 10
+        )
+
+    said, writes = _stopped_holder(alias, account, write, renew=renew)
+    assert said == b"refused" if not renew else said in (b"refused", b"lost")
+    assert _balance(alias, account) == Decimal(100 - 10 * writes)  # every accepted write kept
+
+
+def test_the_lost_update_of_a_read_then_save_is_refused(alias: str) -> None:
+    account = _account(alias)
+
+    def write(hold: Lock) -> None:
+        # What it read before it was stopped: the balance of 100 the withdrawers changed since.
+        stale_copy.balance -= 10
+        stale_copy.save(fence=hold)
+
+    stale_copy = Account.objects.using(alias).get(pk=account.pk)
+    said, writes = _stopped_holder(alias, account, write)
+    assert said == b"refused"
+    # Unfenced, its save would have set 90 and undone the withdrawers' writes.
+    assert _balance(alias, account) == Decimal(100 - 10 * writes)
+
+
+def _late_holder_pair(name: str) -> tuple[Lock, Lock]:
+    """A holder whose lease ended, and the next holder: two holds of ``name`` at once."""
+    stale = lock(name, timeout=0.05, auto_renew=False)
+    stale.acquire()
+    later = lock(name, blocking_timeout=10)
+    assert later.acquire()
+    assert stale.fencing_token is not None
+    assert later.fencing_token is not None
+    assert stale.fencing_token < later.fencing_token
+    return stale, later
+
+
+def test_read_modify_write_loses_an_update_that_fencing_cannot_see(alias: str) -> None:
+    """The trap the docs show: both read, the stale holder writes first (its token is still
+    the newest the row saw), the later holder writes what it computed from its old read."""
+    account = _account(alias)
+    stale, later = _late_holder_pair(f"fence:trap:{alias}")
+    stale_copy = Account.objects.using(alias).get(pk=account.pk)
+    later_copy = Account.objects.using(alias).get(pk=account.pk)
+    stale_copy.balance -= 10
+    stale_copy.save(fence=stale)  # accepted: no later token has reached the row yet
+    later_copy.balance += 50
+    later_copy.save(fence=later)  # accepted, and the withdrawal of 10 is gone
+    assert _balance(alias, account) == Decimal(150)
+    later.release()
+
+
+def test_f_expressions_in_the_fenced_update_lose_nothing(alias: str) -> None:
+    account = _account(alias)
+    stale, later = _late_holder_pair(f"fence:f:{alias}")
+    one = Account.objects.using(alias).filter(pk=account.pk)
+    fenced_update(one, stale, balance=F("balance") - 10)  # first: accepted
+    fenced_update(one, later, balance=F("balance") + 50)
+    with pytest.raises(StaleFencingToken):
+        fenced_update(one, stale, balance=F("balance") - 10)  # after the later holder: refused
+    assert _balance(alias, account) == Decimal(140)
+    later.release()
+
+
+def test_a_fence_checked_under_select_for_update_loses_nothing(alias: str) -> None:
+    account = _account(alias)
+    stale, later = _late_holder_pair(f"fence:sfu:{alias}")
+    for hold, change in ((stale, -10), (later, 50)):
+        with transaction.atomic(using=alias):
+            row = Account.objects.using(alias).select_for_update().get(pk=account.pk)
+            row.balance += change
+            row.save(fence=hold)
+    with transaction.atomic(using=alias):
+        row = Account.objects.using(alias).select_for_update().get(pk=account.pk)
+        row.balance -= 10
+        with pytest.raises(StaleFencingToken):
+            row.save(fence=stale)
+        # The refusal rolled back to its savepoint: the transaction goes on.
+        assert Account.objects.using(alias).filter(pk=account.pk).exists()
+    assert _balance(alias, account) == Decimal(140)
+    later.release()
