@@ -4,10 +4,13 @@ own, a timed lock cycle under given REDIS_LOCK settings, and interleaved rounds 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 #: Cycles per round; the timers take turns round by round.
@@ -22,6 +25,26 @@ def setup_django() -> None:
     import django
 
     django.setup()
+
+
+@contextlib.contextmanager
+def own_redis() -> Iterator[str]:
+    """A Redis of the benchmark's own, and Django set up with CACHES on it; its URL."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from testproject.redis_server import RedisServer, find_redis_server
+
+    server = RedisServer(binary=find_redis_server()).start()
+    os.environ["REDIS_URL"] = server.url
+    setup_django()
+    from django.test.utils import override_settings
+
+    from testproject.settings import build_caches
+
+    try:
+        with override_settings(CACHES=build_caches(server.url)):
+            yield server.url
+    finally:
+        server.stop()
 
 
 def lock_cycle(redis_lock: dict[str, Any], name: str) -> Timer:

@@ -29,6 +29,9 @@ DEFAULTS: dict[str, Any] = {
     "BUSY_STATUS": 423,
     "RUN_UNLOCKED_IF_UNAVAILABLE": False,
     "STATS": True,
+    "METRICS": True,
+    "METRICS_REGISTRY": None,
+    "METRICS_OTHER": "other",
 }
 
 
@@ -139,6 +142,18 @@ class LockSettings:
     #: ``bool``. Whether releases record hold and wait times, and acquires busy answers, into
     #: each lock's statistics (see :ref:`statistics`).
     STATS = _Setting[bool]()
+    #: ``bool``. Whether locks report metrics: to Prometheus when ``prometheus_client`` is
+    #: installed, to OpenTelemetry when ``opentelemetry-api`` is (see :doc:`/metrics`).
+    #: ``False`` turns both off; with neither installed there is nothing to turn off.
+    METRICS = _Setting[bool]()
+    #: ``str`` or ``None``. The dotted path of the ``prometheus_client.CollectorRegistry``
+    #: the metrics are registered on; ``None``: ``prometheus_client``'s default registry, the
+    #: one django-prometheus's ``/metrics`` view and ``start_http_server`` serve.
+    METRICS_REGISTRY = _Setting["str | None"]()
+    #: ``str``. The ``lock`` label of locks without a name template (a ``lock()`` without
+    #: ``template=``, an ``@locked`` whose name is a callable): their names are not labels, so
+    #: that the metrics' cardinality stays bounded.
+    METRICS_OTHER = _Setting[str]()
 
     @property
     def tombstone_ms(self) -> int:

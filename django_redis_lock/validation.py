@@ -60,6 +60,14 @@ def validate_limit(limit: object) -> int:
     return limit
 
 
+def validate_template(template: object) -> str | None:
+    """``template`` if it is a usable name template (a metrics label): None, or a non-empty
+    str of at most MAX_NAME_LENGTH."""
+    if template == "":
+        raise ValueError("A lock name template must not be empty: pass None for none.")
+    return None if template is None else _text(template, "template", MAX_NAME_LENGTH)
+
+
 def validate_label(label: object) -> str | None:
     """``label`` if it is a usable label: None, or a str of at most MAX_LABEL_LENGTH."""
     return None if label is None else _text(label, "label", MAX_LABEL_LENGTH)

@@ -26,6 +26,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"exceptions", "signals", "conf", "validation", "display"}),
     frozenset({"scripts"}),
     frozenset({"stats"}),
+    frozenset({"metrics"}),
     frozenset({"backends"}),
     frozenset({"runtime"}),
     frozenset({"core"}),

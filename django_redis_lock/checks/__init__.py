@@ -14,6 +14,7 @@ from django.core.checks import CheckMessage, Error, Tags, Warning, register
 
 from django_redis_lock.checks import fencing  # noqa: F401  (registers its check)
 from django_redis_lock.checks.caches import check_caches, refusal
+from django_redis_lock.checks.metrics import check_metrics
 from django_redis_lock.conf import DEFAULTS
 from django_redis_lock.validation import (
     handover_lease_ms,
@@ -33,7 +34,7 @@ CHECKS: dict[str, str] = {
     "E004": "The lock cache's client spreads keys over several servers (a sharding client).",
     "E005": "TIMEOUT or TOMBSTONE_TIMEOUT is not a number of seconds from a millisecond to a "
     'year (TIMEOUT may be "auto").',
-    "E006": "AUTO_RENEW, RUN_UNLOCKED_IF_UNAVAILABLE or STATS is not True or False.",
+    "E006": "AUTO_RENEW, RUN_UNLOCKED_IF_UNAVAILABLE, STATS or METRICS is not True or False.",
     "E007": "KEY_NAMESPACE is empty, or holds braces or glob characters.",
     "E008": "BUSY_STATUS is not an HTTP error status (400-599).",
     "E009": "HANDOVER_LEASE is not from 0.1 to 3600 seconds.",
@@ -44,6 +45,8 @@ CHECKS: dict[str, str] = {
     "E013": "@locked(limit=...) semaphores on REDIS_LOCK['CACHE'] when it is a quorum, which "
     "cannot hold semaphores.",
     "E014": "A model with FencedModelMixin and no FenceField, or with several FenceFields.",
+    "E015": "METRICS_REGISTRY names no prometheus_client CollectorRegistry, or METRICS_OTHER "
+    "is not a non-empty str.",
     "W001": "REDIS_LOCK has a key this app does not know (a misspelling?).",
     "W002": "The lock cache's KEY_FUNCTION hides key text: held locks cannot be listed.",
     "W003": "The lock cache sets no socket timeout.",
@@ -87,6 +90,7 @@ def check_settings(**kwargs: Any) -> list[CheckMessage]:
     ]
     errors += _check_values(options)
     errors += _check_semaphores(options)
+    errors += check_metrics(options)
     replication = _check_replication(options)
     # A backend cannot be built with unusable WAIT settings: their error says it all.
     errors += replication or check_caches(options)
@@ -139,7 +143,7 @@ def _check_values(options: dict[str, Any]) -> list[CheckMessage]:
                 id="django_redis_lock.E009",
             )
         )
-    for key in ("AUTO_RENEW", "RUN_UNLOCKED_IF_UNAVAILABLE", "STATS"):
+    for key in ("AUTO_RENEW", "RUN_UNLOCKED_IF_UNAVAILABLE", "STATS", "METRICS"):
         why = refusal(validate_flag, options[key], f"REDIS_LOCK[{key!r}]")
         if why:
             errors.append(Error(why, id="django_redis_lock.E006"))

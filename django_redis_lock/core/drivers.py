@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, NoReturn, TypeVar
 
+from django_redis_lock import metrics
 from django_redis_lock.backends import errors
 from django_redis_lock.backends.base import Backend
 from django_redis_lock.core.steps import Call, Flow, Listen, Step, Wait
@@ -44,12 +45,14 @@ def redis_errors(what: str) -> Iterator[None]:
         raise unavailable(what, exc) from exc
 
 
-def _fail(exc: Exception, what: str) -> NoReturn:
+def _fail(exc: Exception, what: str, backend: Backend) -> NoReturn:
     """Raise what a script's failure is thrown into the flow as: a Redis error as
     LockUnavailable (the error as its cause), a replica shortfall as it is, naming the lock."""
     if isinstance(exc, LockNotReplicated):
         exc.args = (f"Lock {what!r}: {exc}",)
         raise exc
+    if metrics.observers():
+        metrics.unavailable(str(getattr(backend, "alias", "")))
     raise unavailable(f"Redis failed for lock {what!r}", exc) from exc
 
 
@@ -101,7 +104,7 @@ def drive(backend: Backend, flow: Flow[T], what: str) -> T:
                         else:
                             reply = backend.run(step.script, step.keys, step.args)
                     except _SCRIPT_FAILURES as exc:  # into the flow
-                        _fail(exc, what)
+                        _fail(exc, what, backend)
                 elif type(step) is Wait:
                     assert ticket is not None, "a flow waits only after it listens"
                     reply = ticket.wait(step.seconds)
@@ -150,7 +153,7 @@ async def _steps(run: _Run, reply: Any, error: BaseException | None) -> Any:
                     else:
                         reply = await backend.arun(step.script, step.keys, step.args)
                 except _SCRIPT_FAILURES as exc:
-                    _fail(exc, run.what)
+                    _fail(exc, run.what, backend)
             elif type(step) is Wait:
                 assert ticket is not None, "a flow waits only after it listens"
                 reply = await ticket.wait(step.seconds)

@@ -13,7 +13,7 @@ import time
 import weakref
 from typing import Any
 
-from django_redis_lock import signals
+from django_redis_lock import metrics, signals
 from django_redis_lock.backends.base import Backend, LockKeys
 from django_redis_lock.conf import lock_settings
 from django_redis_lock.core.attempts import Acquired, Attempt, attempts_for
@@ -193,6 +193,7 @@ class LockFlows:
             )
             runtime().watchdog.add(self._hold)
         logger.debug("Acquired lock %r (fencing token %s).", self.name, self.fencing_token)
+        metrics.began(self)
         signals.send(signals.lock_acquired, self, self.fencing_token)
         return True
 
@@ -231,6 +232,7 @@ class LockFlows:
                 "(it expired or was force-released) when it was released."
             )
         logger.debug("Released lock %r.", self.name)
+        metrics.ended(self)
         signals.send(signals.lock_released, self, token)
 
     def _extending(self, additional_time: float | None, replace_ttl: bool) -> Flow[None]:
@@ -303,9 +305,9 @@ class LockFlows:
         self._stop_renewing()
         self._secret, self._depth, self.fencing_token = None, 0, None
 
-    def _lose(self, token: int | None = None) -> None:
-        """Record that the hold was taken away: lost, no more renewals, a warning, lock_lost;
-        once per hold, whoever finds it first."""
+    def _lose(self, token: int | None = None, cause: str = metrics.EXPIRED) -> None:
+        """Record that the hold was taken away: lost, no more renewals, a warning, lock_lost,
+        the metrics (``cause``); once per hold, whoever finds it first."""
         if self.lost:
             return
         token = self.fencing_token if token is None else token
@@ -316,10 +318,12 @@ class LockFlows:
             self.name,
             token,
         )
+        metrics.lost(self, cause)
         signals.send(signals.lock_lost, self, token)
 
-    def _lost_by_watchdog(self, secret: str) -> None:
-        """The watchdog found the hold of ``secret`` gone (from its thread): a loss, unless
-        this object released that hold, or took another, meanwhile."""
+    def _lost_by_watchdog(self, secret: str, cause: str = metrics.EXPIRED) -> None:
+        """The watchdog found the hold of ``secret`` gone (from its thread), or could not
+        renew it before its lease ended (``cause``): a loss, unless this object released that
+        hold, or took another, meanwhile."""
         if secret == self._secret:
-            self._lose()
+            self._lose(cause=cause)

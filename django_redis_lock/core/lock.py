@@ -16,6 +16,7 @@ import asyncio
 import logging
 from collections.abc import Sequence
 
+from django_redis_lock import metrics
 from django_redis_lock.conf import lock_settings
 from django_redis_lock.core.drivers import adrive, drive
 from django_redis_lock.core.flows import LockFlows
@@ -29,6 +30,7 @@ from django_redis_lock.validation import (
     validate_flag,
     validate_label,
     validate_name,
+    validate_template,
     validate_timeout,
     validate_using,
     wait_options,
@@ -44,7 +46,9 @@ class Lock(LockFlows):
     statistics suggest once they know enough, REDIS_LOCK TIMEOUT before); ``blocking_timeout`` caps
     the wait (None: no limit); ``auto_renew`` keeps the lease alive while held (None:
     REDIS_LOCK AUTO_RENEW); ``reentrant`` lets the same object acquire again; ``label`` is
-    shown to operators; ``using`` picks the cache alias (None: REDIS_LOCK CACHE).
+    shown to operators; ``using`` picks the cache alias (None: REDIS_LOCK CACHE); ``template``
+    is the name's template (``"invoice:{invoice_id}"``), the ``lock`` label of its metrics
+    (None: REDIS_LOCK METRICS_OTHER).
     ``django_redis_lock.lock`` is this class.
     """
 
@@ -59,8 +63,13 @@ class Lock(LockFlows):
         reentrant: bool = False,
         label: str | None = None,
         using: str | Sequence[str] | None = None,
+        template: str | None = None,
     ) -> None:
         self.name = validate_name(name)
+        #: The name's template: the ``lock`` label of the lock's metrics.
+        self.template = validate_template(template)
+        self._held_at: float | None = None  # when the hold began, if metrics observe it
+        self._label: str | None = None  # its metrics' lock label, once known
         ms = validate_timeout(timeout, "timeout") if timeout is not None else None
         #: Whether the timeout is the statistics' suggestion (``timeout="auto"``).
         self._auto_timeout = lock_settings.auto_timeout if timeout is None else ms is None
@@ -115,7 +124,17 @@ class Lock(LockFlows):
                 "waits: use `await lock.aacquire()` (or `async with`), or acquire(blocking=False)."
             )
         owner = runtime().thread_owner()
-        return drive(self._backend, self._acquiring(wait, limit, owner), self.name)
+        observed = metrics.observers()
+        if not observed:
+            return drive(self._backend, self._acquiring(wait, limit, owner), self.name)
+        call = metrics.Acquisition(self, observed)
+        try:
+            acquired = drive(self._backend, self._acquiring(wait, limit, owner), self.name)
+        except BaseException as exc:
+            call.done(False, wait, exc)
+            raise
+        call.done(acquired, wait and limit != 0)
+        return acquired
 
     async def aacquire(
         self, blocking: bool | None = None, blocking_timeout: float | None = None
@@ -125,7 +144,17 @@ class Lock(LockFlows):
             blocking, blocking_timeout, self._blocking, self._blocking_timeout
         )
         owner = runtime().task_owner()
-        return await adrive(self._backend, self._acquiring(wait, limit, owner), self.name)
+        observed = metrics.observers()
+        if not observed:
+            return await adrive(self._backend, self._acquiring(wait, limit, owner), self.name)
+        call = metrics.Acquisition(self, observed)
+        try:
+            acquired = await adrive(self._backend, self._acquiring(wait, limit, owner), self.name)
+        except BaseException as exc:
+            call.done(False, wait, exc)
+            raise
+        call.done(acquired, wait and limit != 0)
+        return acquired
 
     def release(self) -> None:
         """Release the lock; LockNotOwned if this object does not hold it."""

@@ -52,6 +52,7 @@ class LockOptions(TypedDict, total=False):
     auto_renew: bool | None
     label: str | None
     using: str | Sequence[str] | None
+    template: str | None
 
 
 def semaphore(name: str, limit: int, **options: Unpack[LockOptions]) -> SharedLock:

@@ -153,6 +153,7 @@ class LockedCall:
             "blocking_timeout": options.blocking_timeout,
             "auto_renew": options.auto_renew,
             "label": self._label(),
+            "template": self.spec.naming.template,
         }
         if options.limit is not None:
             return SharedLock(name, "s", options.limit, **kept)

@@ -183,6 +183,9 @@ class Naming:
         # A callable, or attribute or index access, may touch the database (request.user):
         # async callers compute such names in a thread.
         fields = self._template.fields if self._template is not None else []
+        #: The name's template as written (a constant name is its own): the ``lock`` label
+        #: of the metrics; None for a callable.
+        self.template = self._template.template if self._template is not None else None
         self.needs_thread = self._callable is not None or any(field.path for field in fields)
 
     def __call__(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:

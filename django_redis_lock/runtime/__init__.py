@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
+from django_redis_lock import metrics
 from django_redis_lock.backends import backend_for, quorum_backend
 from django_redis_lock.backends.base import Backend, LockKeys
 from django_redis_lock.backends.servers import warn_if_evicting
@@ -172,5 +173,6 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 def _settings_changed(*, setting: str, **kwargs: Any) -> None:
     if setting == "REDIS_LOCK":
         lock_settings.forget()
+        metrics.reset()
     if setting in ("CACHES", "REDIS_LOCK"):
         _runtime.reset()

@@ -31,6 +31,7 @@ import time
 import weakref
 from typing import TYPE_CHECKING
 
+from django_redis_lock import metrics, signals
 from django_redis_lock.backends import errors
 from django_redis_lock.backends.base import Backend, LockKeys
 from django_redis_lock.conf import lock_settings
@@ -72,7 +73,7 @@ class Hold:
     def __init__(
         self,
         name: str,
-        lose: weakref.WeakMethod[Callable[[str], None]],
+        lose: weakref.WeakMethod[Callable[[str, str], None]],
         backend: Backend,
         keys: LockKeys,
         secret: str,
@@ -259,6 +260,7 @@ class Watchdog:
         if not left:
             self._lose(hold)
             return
+        metrics.renewal("renewed")
         with self._cond:
             hold.renewed(sent, left)
             if hold.watched:
@@ -269,9 +271,10 @@ class Watchdog:
 
     def _retry(self, hold: Hold, exc: Exception) -> None:
         now = time.monotonic()
+        metrics.renewal("failed")
         if now >= hold.lease_end:
             logger.warning("Could not renew lock %r before its lease ended: %s", hold.name, exc)
-            self._lose(hold)
+            self._lose(hold, metrics.RENEWAL_FAILED)
             # Redis may still have the hold, renewed (a renewal that replicas did not
             # acknowledge, a reply lost): give it back once Redis answers, not at its lease end.
             args = [hold.secret, lock_settings.tombstone_ms]
@@ -280,6 +283,16 @@ class Watchdog:
         logger.warning(
             "Could not renew lock %r (%s); retrying before its lease ends.", hold.name, exc
         )
+        lose = hold.lose()
+        if lose is not None:  # alerting can fire before the lease runs out
+            held = getattr(lose, "__self__")  # noqa: B009  (a bound method's Lock)
+            signals.send(
+                signals.lock_renewal_failed,
+                held,
+                held.fencing_token,
+                error=exc,
+                lease_left=max(0.0, hold.lease_end - now),
+            )
         with self._cond:
             if hold.watched:
                 delay = min(hold.interval, max(_MIN_RETRY_SECONDS, (hold.lease_end - now) / 2))
@@ -312,11 +325,11 @@ class Watchdog:
         with self._cond:
             self._leaves -= 1
 
-    def _lose(self, hold: Hold) -> None:
+    def _lose(self, hold: Hold, cause: str = metrics.EXPIRED) -> None:
         with self._cond:
             if not hold.watched:  # released meanwhile: not a loss
                 return
             hold.watched = False
         lose = hold.lose()  # called outside the lock: it sends lock_lost
         if lose is not None:
-            lose(hold.secret)
+            lose(hold.secret, cause)

@@ -65,8 +65,9 @@ def test_python_on_a_page_comes_from_a_tested_file(page: Path) -> None:
 
 def test_every_example_is_shown_and_tested() -> None:
     shown = "\n".join(page.read_text() for page in PAGES)
+    # The docs' tests, and those beside the features they show (topologies, metrics).
     tests = "\n".join(path.read_text() for path in TESTS.glob("*.py")) + "\n".join(
-        path.read_text() for path in (ROOT / "tests" / "backends").glob("test_*.py")
+        path.read_text() for path in (ROOT / "tests").glob("*/test_*.py")
     )
     for example in sorted(EXAMPLES.glob("*.py")):
         assert f"examples/{example.name}" in shown, f"{example.name} is on no page"

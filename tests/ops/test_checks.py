@@ -85,9 +85,29 @@ def test_e005_bad_durations(key: str, value: object) -> None:
     assert _ids(REDIS_LOCK={key: value}) == ["django_redis_lock.E005"]
 
 
-@pytest.mark.parametrize("key", ["AUTO_RENEW", "RUN_UNLOCKED_IF_UNAVAILABLE"])
+@pytest.mark.parametrize("key", ["AUTO_RENEW", "RUN_UNLOCKED_IF_UNAVAILABLE", "METRICS"])
 def test_e006_flag_not_bool(key: str) -> None:
     assert _ids(REDIS_LOCK={key: "yes"}) == ["django_redis_lock.E006"]
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"METRICS_OTHER": ""},
+        {"METRICS_OTHER": 3},
+        {"METRICS_REGISTRY": 5},
+        {"METRICS_REGISTRY": "no.such.module.registry"},
+        {"METRICS_REGISTRY": "django_redis_lock.conf.lock_settings"},  # not a registry
+    ],
+)
+def test_e015_metrics_settings_that_cannot_work(changes: dict[str, object]) -> None:
+    pytest.importorskip("prometheus_client")
+    assert _ids(REDIS_LOCK=changes) == ["django_redis_lock.E015"]
+
+
+def test_e015_accepts_a_registry() -> None:
+    pytest.importorskip("prometheus_client")
+    assert _ids(REDIS_LOCK={"METRICS_REGISTRY": "prometheus_client.REGISTRY"}) == []
 
 
 @pytest.mark.parametrize("status", [200, 302, 600, "423", True])

@@ -1,0 +1,183 @@
+"""Metrics and traces of this process's locks: Prometheus and OpenTelemetry, each when its
+library is installed and ``REDIS_LOCK["METRICS"]`` is not False.
+
+The lock core and the watchdog report what happens to an observer of each exporter: an acquire
+call's outcome and wait, a hold's start and end, a loss and its cause, a renewal, Redis out of
+reach. With no observer (nothing installed, or turned off) each report is one test of an empty
+tuple. A lock's ``lock`` label is its name template (``invoice:{invoice_id}``), never the name
+itself, so that the number of label sets stays bounded: ``METRICS_OTHER`` labels the rest.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from django_redis_lock.conf import lock_settings
+from django_redis_lock.exceptions import LockUnavailable
+from django_redis_lock.metrics.base import (
+    ACQUIRED,
+    BUSY,
+    EXPIRED,
+    RENEWAL_FAILED,
+    TIMEOUT,
+    UNAVAILABLE,
+    Observer,
+)
+
+logger = logging.getLogger("django_redis_lock")
+
+__all__ = [
+    "ACQUIRED",
+    "BUSY",
+    "EXPIRED",
+    "RENEWAL_FAILED",
+    "TIMEOUT",
+    "UNAVAILABLE",
+    "Acquisition",
+    "Observer",
+    "began",
+    "ended",
+    "label_of",
+    "lost",
+    "observers",
+    "renewal",
+    "reset",
+    "unavailable",
+]
+
+_observers: tuple[Observer, ...] | None = None
+
+
+def observers() -> tuple[Observer, ...]:
+    """The observers of this process's locks (built on first use, again after a change of
+    REDIS_LOCK); empty when metrics are off or no exporter is installed."""
+    found = _observers
+    return found if found is not None else _build()
+
+
+def reset() -> None:
+    """Build the observers again on next use (REDIS_LOCK changed)."""
+    global _observers
+    _observers = None
+
+
+def _build() -> tuple[Observer, ...]:
+    global _observers
+    built: list[Observer] = []
+    if lock_settings.METRICS is not False:
+        try:
+            from django_redis_lock.metrics.prometheus import PrometheusObserver
+        except ImportError:
+            pass
+        else:
+            built.append(PrometheusObserver.for_registry(lock_settings.METRICS_REGISTRY))
+        try:
+            from django_redis_lock.metrics.otel import OpenTelemetryObserver, configured
+        except ImportError:
+            pass
+        else:
+            if configured():  # the API alone does nothing: then it costs nothing either
+                built.append(OpenTelemetryObserver())
+    _observers = tuple(built)
+    return _observers
+
+
+def label_of(lock: Any) -> str:
+    """The ``lock`` label of ``lock``: its template, else METRICS_OTHER (read once a lock)."""
+    label: str | None = lock._label
+    if label is None:
+        label = lock._label = lock.template or str(lock_settings.METRICS_OTHER)
+    return label
+
+
+class Acquisition:
+    """One acquire call, observed: begun by the constructor, ended by :meth:`done`."""
+
+    __slots__ = ("label", "lock", "observed", "started", "starts")
+
+    def __init__(self, lock: Any, observed: tuple[Observer, ...]) -> None:
+        self.lock, self.observed, self.label = lock, observed, label_of(lock)
+        self.started = time.monotonic()
+        # Only an observer that traces has something to start (a span).
+        self.starts = [
+            observer.start_acquire(self.label, lock) if observer.traces else None
+            for observer in observed
+        ]
+
+    def done(self, acquired: bool, waiting: bool, error: BaseException | None = None) -> None:
+        """The call returned ``acquired`` (``waiting``: it could wait) or raised ``error``."""
+        if error is None:
+            outcome: str | None = ACQUIRED if acquired else TIMEOUT if waiting else BUSY
+        else:
+            outcome = UNAVAILABLE if isinstance(error, LockUnavailable) else None
+        waited = time.monotonic() - self.started
+        starts = self.starts
+        for index, observer in enumerate(self.observed):
+            try:
+                observer.end_acquire(self.label, self.lock, starts[index], outcome, waited, error)
+            except Exception:
+                _failed()
+
+
+def began(lock: Any) -> None:
+    """A hold of ``lock`` began (the lock notes when, if anyone observes)."""
+    observed = observers()
+    if not observed:
+        return
+    lock._held_at = time.monotonic()
+    label = label_of(lock)
+    for observer in observed:
+        try:
+            observer.began(label, lock)
+        except Exception:
+            _failed()
+
+
+def ended(lock: Any) -> None:
+    """The hold of ``lock`` ended by its release."""
+    held_at, lock._held_at = lock._held_at, None
+    if held_at is None:
+        return
+    held, label = time.monotonic() - held_at, label_of(lock)
+    for observer in observers():
+        try:
+            observer.ended(label, lock, held)
+        except Exception:
+            _failed()
+
+
+def lost(lock: Any, cause: str) -> None:
+    """The hold of ``lock`` was found lost, for ``cause``."""
+    held_at, lock._held_at = lock._held_at, None
+    if held_at is None:
+        return
+    held, label = time.monotonic() - held_at, label_of(lock)
+    for observer in observers():
+        _safely(observer.lost, label, lock, cause, held)
+
+
+def renewal(outcome: str) -> None:
+    """A renewal by the watchdog: "renewed" or "failed"."""
+    for observer in observers():
+        _safely(observer.renewal, outcome)
+
+
+def unavailable(alias: str) -> None:
+    """A call to the Redis of cache ``alias`` failed."""
+    for observer in observers():
+        _safely(observer.unavailable, alias)
+
+
+def _failed() -> None:
+    """An exporter failed (inside an ``except``): logged, never raised into a lock's operation."""
+    logger.exception("Reporting a lock metric failed.")
+
+
+def _safely(report: Any, *args: Any) -> None:
+    """An exporter's failure is logged, never raised into a lock's operation."""
+    try:
+        report(*args)
+    except Exception:
+        logger.exception("Reporting a lock metric failed.")

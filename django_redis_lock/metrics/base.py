@@ -1,0 +1,43 @@
+"""What every exporter of lock metrics is: an :class:`Observer`, and the values it reports."""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: The outcomes of an acquire call.
+ACQUIRED, BUSY, TIMEOUT, UNAVAILABLE = "acquired", "busy", "timeout", "unavailable"
+#: Why a hold was lost: its renewals failed until its lease ended, or it was found gone (its
+#: lease ran out, or an operator released it).
+RENEWAL_FAILED, EXPIRED = "renewal_failed", "expired"
+
+
+class Observer:
+    """What an exporter does with each report; the base does nothing."""
+
+    #: Whether :meth:`start_acquire` starts something (a span): else it is not called.
+    traces = False
+
+    def start_acquire(self, label: str, lock: Any) -> Any:
+        """An acquire call begins; what :meth:`end_acquire` gets back."""
+        return None
+
+    def end_acquire(
+        self, label: str, lock: Any, started: Any, outcome: str | None, waited: float,
+        error: BaseException | None,
+    ) -> None:  # fmt: skip
+        """It ended: ``outcome`` (None: interrupted by ``error``), after ``waited`` seconds."""
+
+    def began(self, label: str, lock: Any) -> None:
+        """A hold began."""
+
+    def ended(self, label: str, lock: Any, held: float) -> None:
+        """A hold ended by its release after ``held`` seconds."""
+
+    def lost(self, label: str, lock: Any, cause: str, held: float) -> None:
+        """A hold was found lost, ``held`` seconds after it began."""
+
+    def renewal(self, outcome: str) -> None:
+        """The watchdog renewed a lease ("renewed") or could not ("failed")."""
+
+    def unavailable(self, alias: str) -> None:
+        """A call could not reach the Redis of cache ``alias``, or it answered an error."""

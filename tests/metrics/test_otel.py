@@ -1,0 +1,96 @@
+"""OpenTelemetry: the SDK with its in-memory exporters read after real lock operations. A span
+per acquire, current while it runs (so a Redis client's spans are its children), an event on a
+loss, and the durations through the metrics API."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+import redis
+
+from django_redis_lock import lock
+from tests.helpers import builtin_cache_with, wait_until
+from tests.metrics.conftest import Telemetry
+
+trace = pytest.importorskip("opentelemetry.trace")
+
+
+class SpanningConnection(redis.Connection):
+    """A redis-py connection that starts a span per command, as a client instrumentation
+    (opentelemetry-instrumentation-redis) does."""
+
+    def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        with trace.get_tracer("tests").start_as_current_span("redis.command"):
+            super().send_packed_command(command, check_health)
+
+
+def _spans(telemetry: Telemetry, name: str) -> list[Any]:
+    return [span for span in telemetry.spans.get_finished_spans() if span.name == name]
+
+
+def test_an_acquire_is_a_span_and_the_parent_of_redis_spans(
+    telemetry: Telemetry, redis_url: str
+) -> None:
+    with builtin_cache_with(redis_url, connection_class=SpanningConnection) as alias:
+        held = lock("traced:1", template="traced", using=alias)
+        assert held.acquire()
+        token = held.fencing_token
+        held.release()
+    [acquire] = _spans(telemetry, "lock.acquire")
+    attributes = dict(acquire.attributes)
+    assert attributes["lock.name.template"] == "traced"
+    assert attributes["lock.outcome"] == "acquired"
+    assert attributes["lock.fencing_token"] == token
+    assert attributes["lock.alias"] == alias
+    assert attributes["lock.waited"] >= 0
+    children = [
+        span
+        for span in _spans(telemetry, "redis.command")
+        if span.parent is not None and span.parent.span_id == acquire.context.span_id
+    ]
+    assert children  # the acquire's own script, sent while its span was current
+
+
+def test_a_busy_async_acquire_is_a_span_too(telemetry: Telemetry) -> None:
+    async def main() -> None:
+        async with lock("traced:2", template="traced"):
+            assert not await lock("traced:2", template="traced").aacquire(blocking=False)
+
+    asyncio.run(main())
+    outcomes = sorted(
+        dict(span.attributes)["lock.outcome"] for span in _spans(telemetry, "lock.acquire")
+    )
+    assert outcomes == ["acquired", "busy"]
+
+
+def test_durations_through_the_metrics_api(telemetry: Telemetry) -> None:
+    with lock("measured:1", template="measured"):
+        pass
+    acquired = [
+        point
+        for point in telemetry.points("lock.acquire.duration")
+        if dict(point.attributes) == {"lock.name.template": "measured", "lock.outcome": "acquired"}
+    ]
+    holds = [
+        point
+        for point in telemetry.points("lock.hold.duration")
+        if dict(point.attributes) == {"lock.name.template": "measured"}
+    ]
+    assert [point.count for point in acquired] == [1]
+    assert [point.count for point in holds] == [1]
+
+
+def test_a_loss_is_an_event_on_the_span_of_the_code_that_finds_it(telemetry: Telemetry) -> None:
+    held = lock("lost:1", template="lost", timeout=0.05, auto_renew=False)
+    assert held.acquire()
+    tracer = trace.get_tracer("tests")
+    with tracer.start_as_current_span("work"):
+        wait_until(lambda: not held.owned())
+    [work] = _spans(telemetry, "work")
+    [event] = [event for event in work.events if event.name == "lock.lost"]
+    assert dict(event.attributes)["lock.lost.cause"] == "expired"
+    assert dict(event.attributes)["lock.name.template"] == "lost"
+    lost = [point.value for point in telemetry.points("lock.lost")]
+    assert sum(lost) >= 1

@@ -1,0 +1,211 @@
+"""Prometheus metrics read from prometheus_client's registry after real lock operations: the
+label sets and counts exact. Multiprocess mode in processes of their own."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from django_redis_lock import LockUnavailable, lock, locked, semaphore
+from django_redis_lock.signals import lock_renewal_failed
+from tests.helpers import builtin_cache_with, received, wait_until
+from tests.metrics.conftest import lock_settings
+
+prometheus_client = pytest.importorskip("prometheus_client")
+
+
+def value(registry: Any, name: str, **labels: str) -> float:
+    """A sample's value (0 when it was never recorded)."""
+    return registry.get_sample_value(name, labels) or 0.0
+
+
+def acquires(registry: Any, label: str, outcome: str) -> float:
+    """How many acquire calls of the lock label ``label`` ended with ``outcome``."""
+    return value(registry, "django_redis_lock_acquire_total", lock=label, outcome=outcome)
+
+
+def test_an_acquire_and_release_are_counted_under_the_template(registry: Any) -> None:
+    held = lock("invoice:7", template="invoice:{invoice_id}")
+    assert held.acquire()
+    assert value(registry, "django_redis_lock_held", lock="invoice:{invoice_id}") == 1
+    held.release()
+    labels = {"lock": "invoice:{invoice_id}"}
+    assert value(registry, "django_redis_lock_acquire_total", outcome="acquired", **labels) == 1
+    assert value(registry, "django_redis_lock_held", **labels) == 0
+    assert value(registry, "django_redis_lock_hold_seconds_count", **labels) == 1
+    assert value(registry, "django_redis_lock_wait_seconds_count", **labels) == 1
+    # The expanded name is never a label.
+    assert acquires(registry, "invoice:7", "acquired") == 0
+
+
+def test_names_without_a_template_share_a_label_the_settings_name(registry: Any) -> None:
+    with lock("report:1"), lock("report:2"):
+        pass
+    assert acquires(registry, "other", "acquired") == 2
+    changed = lock_settings(METRICS_REGISTRY="tests.metrics.registries.current", METRICS_OTHER="x")
+    with changed, lock("report:3"):
+        pass
+    assert acquires(registry, "x", "acquired") == 1
+
+
+def test_locked_labels_its_template_and_semaphores_count_too(registry: Any) -> None:
+    @locked("invoice:{pk}")
+    def pay(pk: int) -> int:
+        return pk
+
+    assert pay(1) == 1
+    assert pay(2) == 2
+    with semaphore("builds", 2, template="builds"):
+        pass
+    assert acquires(registry, "invoice:{pk}", "acquired") == 2
+    assert value(registry, "django_redis_lock_hold_seconds_count", lock="builds") == 1
+
+
+def test_busy_and_timeout_outcomes(registry: Any) -> None:
+    with lock("busy:1", template="busy"):
+        assert not lock("busy:1", template="busy").acquire(blocking=False)
+        assert not lock("busy:1", template="busy", blocking_timeout=0.05).acquire()
+    labels = {"lock": "busy"}
+    assert value(registry, "django_redis_lock_acquire_total", outcome="busy", **labels) == 1
+    assert value(registry, "django_redis_lock_acquire_total", outcome="timeout", **labels) == 1
+    assert value(registry, "django_redis_lock_acquire_total", outcome="acquired", **labels) == 1
+    # The timed-out wait is observed (it waited), the refusal without waiting is not.
+    assert value(registry, "django_redis_lock_wait_seconds_count", **labels) == 2
+    assert value(registry, "django_redis_lock_wait_seconds_sum", **labels) >= 0.05
+
+
+def test_async_acquires_are_counted(registry: Any) -> None:
+    async def main() -> None:
+        async with lock("async:1", template="async"):
+            assert not await lock("async:1", template="async").aacquire(blocking=False)
+
+    asyncio.run(main())
+    labels = {"lock": "async"}
+    assert value(registry, "django_redis_lock_acquire_total", outcome="acquired", **labels) == 1
+    assert value(registry, "django_redis_lock_acquire_total", outcome="busy", **labels) == 1
+    assert value(registry, "django_redis_lock_held", **labels) == 0
+
+
+def test_a_lost_hold_is_counted_with_its_cause(registry: Any) -> None:
+    held = lock("lost:1", template="lost", timeout=0.05, auto_renew=False)
+    assert held.acquire()
+    wait_until(lambda: not held.owned())
+    assert value(registry, "django_redis_lock_lost_total", lock="lost", cause="expired") == 1
+    assert value(registry, "django_redis_lock_held", lock="lost") == 0
+    with pytest.raises(Exception, match="lost"):
+        held.release()
+    assert value(registry, "django_redis_lock_held", lock="lost") == 0  # not twice
+
+
+def test_unavailable_redis_is_counted_by_alias(registry: Any) -> None:
+    from testproject.redis_server import free_port
+
+    url = f"redis://127.0.0.1:{free_port()}/0"  # nobody listens there
+    with (
+        builtin_cache_with(url, socket_connect_timeout=0.2) as alias,
+        pytest.raises(LockUnavailable),
+    ):
+        lock("away:1", template="away", using=alias).acquire(blocking=False)
+    assert acquires(registry, "away", "unavailable") == 1
+    assert value(registry, "django_redis_lock_unavailable_total", alias=alias) == 1
+
+
+def test_renewals_are_counted(registry: Any) -> None:
+    with lock("renewed", timeout=0.15):
+        wait_until(lambda: value(registry, "django_redis_lock_renewals_total", outcome="renewed"))
+
+
+def test_a_failed_renewal_signals_before_the_lease_ends(registry: Any, redis_factory: Any) -> None:
+    server = redis_factory()
+    with (
+        builtin_cache_with(server.url, socket_timeout=0.1) as alias,
+        received(lock_renewal_failed) as failures,
+    ):
+        held = lock("paused", template="paused", timeout=0.6, using=alias)
+        assert held.acquire()
+        server.pause()  # SIGSTOP: renewals time out
+        try:
+            wait_until(lambda: failures, timeout=5)
+            first = failures[0]
+            assert first["name"] == "paused"
+            assert first["fencing_token"] == held.fencing_token
+            assert 0 < first["lease_left"] <= 0.6
+            assert isinstance(first["error"], Exception)
+            wait_until(lambda: held.lost, timeout=5)
+        finally:
+            server.resume()
+    assert value(registry, "django_redis_lock_renewals_total", outcome="failed") >= 1
+    assert (
+        value(registry, "django_redis_lock_lost_total", lock="paused", cause="renewal_failed") == 1
+    )
+
+
+def test_metrics_off_records_nothing(registry: Any) -> None:
+    with lock_settings(METRICS=False), lock("off"):
+        pass
+    assert acquires(registry, "other", "acquired") == 0
+
+
+CHILD = textwrap.dedent(
+    """
+    import sys
+    import django
+
+    django.setup()
+    from django_redis_lock import lock
+
+    for number in range(3):
+        with lock(f"mp:{number}", template="mp:{n}"):
+            pass
+    held = lock("mp:held:" + sys.argv[1], template="mp:held")
+    held.acquire()
+    print("held", flush=True)
+    sys.stdin.readline()  # until the test has read the gauge
+    held.release()
+    """
+)
+
+
+def test_multiprocess_mode_sums_the_processes(tmp_path: Path, redis_url: str) -> None:
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.multiprocess import MultiProcessCollector
+
+    directory = tmp_path / "prometheus"
+    directory.mkdir()
+    env = {
+        **os.environ,
+        "PROMETHEUS_MULTIPROC_DIR": str(directory),
+        "DJANGO_SETTINGS_MODULE": "testproject.settings",
+        "REDIS_URL": redis_url,
+    }
+    root = Path(__file__).resolve().parents[2]
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-c", CHILD, str(index)],
+            env=env,
+            cwd=root,
+            text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
+        for index in range(2)
+    ]
+    try:
+        for child in children:
+            assert child.stdout is not None
+            assert child.stdout.readline().strip() == "held"
+        collected = CollectorRegistry()
+        MultiProcessCollector(collected, path=str(directory))
+        assert acquires(collected, "mp:{n}", "acquired") == 6
+        assert value(collected, "django_redis_lock_held", lock="mp:held") == 2
+    finally:
+        for child in children:
+            child.communicate("go\n", timeout=30)
+    assert [child.returncode for child in children] == [0, 0]
