@@ -1,4 +1,4 @@
-"""URLs of the demo project: the lock demo page and the admin."""
+"""URLs of the demo project: the lock demo page, its Prometheus metrics and the admin."""
 
 from __future__ import annotations
 
@@ -12,5 +12,6 @@ urlpatterns = [
     path("acquire/", views.acquire, name="demo-acquire"),
     path("release/", views.release, name="demo-release"),
     path("slow-job/<slug:job>/", views.slow_job, name="demo-slow-job"),
+    path("metrics", views.metrics, name="metrics"),
     path("admin/", admin.site.urls),
 ]

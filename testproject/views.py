@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from django import forms
 from django.conf import settings
 from django.contrib import messages
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
@@ -157,3 +157,14 @@ def slow_job(request: HttpRequest, job: str) -> HttpResponse:
     seconds = job_seconds()
     time.sleep(seconds)  # the demo's stand-in for real work
     return render(request, "testproject/slow_job.html", {"job": job, "seconds": f"{seconds:g}"})
+
+
+@require_GET
+def metrics(request: HttpRequest) -> HttpResponse:
+    """The process's Prometheus metrics (prometheus_client's default registry, where the
+    locks' go), as django-prometheus's /metrics view serves them; 404 without the library."""
+    try:
+        from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+    except ImportError:
+        raise Http404("prometheus_client is not installed") from None
+    return HttpResponse(generate_latest(REGISTRY), content_type=CONTENT_TYPE_LATEST)

@@ -209,3 +209,26 @@ def test_multiprocess_mode_sums_the_processes(tmp_path: Path, redis_url: str) ->
         for child in children:
             child.communicate("go\n", timeout=30)
     assert [child.returncode for child in children] == [0, 0]
+
+
+def _served(client: Any, label: str) -> float:
+    """The demo's /metrics, over a request: acquires of ``label`` it counts."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    response = client.get("/metrics")
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("text/plain")
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(response.content.decode())
+        for sample in family.samples
+        if sample.name == "django_redis_lock_acquire_total"
+        and sample.labels == {"lock": label, "outcome": "acquired"}
+    )
+
+
+def test_the_default_registry_is_served_at_metrics(client: Any) -> None:
+    before = _served(client, "served")
+    with lock("served:1", template="served"):
+        pass
+    assert _served(client, "served") == before + 1
