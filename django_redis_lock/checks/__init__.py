@@ -44,7 +44,8 @@ CHECKS: dict[str, str] = {
     "one server, a cluster, or a cache that is not a Redis one.",
     "E013": "@locked(limit=...) semaphores on REDIS_LOCK['CACHE'] when it is a quorum, which "
     "cannot hold semaphores.",
-    "E014": "A model with FencedModelMixin and no FenceField, or with several FenceFields.",
+    "E014": "A model with FencedModelMixin and no FenceField, with several FenceFields, or "
+    "with a nullable one.",
     "E015": "METRICS_REGISTRY names no prometheus_client CollectorRegistry, or METRICS_OTHER "
     "is not a non-empty str.",
     "W001": "REDIS_LOCK has a key this app does not know (a misspelling?).",
@@ -62,6 +63,8 @@ CHECKS: dict[str, str] = {
     "W011": "WAIT_REPLICAS is below the replicas the primary has connected: a partition can "
     "leave enough of them with the old primary for it to go on granting.",
     "W012": "The lock cache's socket timeout outlasts WAIT_TIMEOUT by less than half a second.",
+    "W013": "A model with a FenceField but without FencedModelMixin: its plain save() writes "
+    "the fence back.",
 }
 
 

@@ -222,6 +222,7 @@ class LockFlows:
             # back (a retry by this object then finds the lock released by it, quietly)
             release = self._keys.script("release")
             runtime().watchdog.settle(Settle(self._backend, self._keys, args, release))
+            metrics.ended(self)  # this process holds it no more: the watchdog gives it back
             raise
         token = self.fencing_token
         self._forget()

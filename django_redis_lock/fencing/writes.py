@@ -16,7 +16,7 @@ from django.db import models, router, transaction
 from django_redis_lock.core.lock import Lock
 from django_redis_lock.core.shared import SharedLock
 from django_redis_lock.exceptions import LockNotOwned, StaleFencingToken
-from django_redis_lock.fencing.fields import fence_field_of
+from django_redis_lock.fencing.fields import fence_field_of, fence_fields
 
 if TYPE_CHECKING:
     from django.db.models.query import QuerySet
@@ -99,10 +99,12 @@ def fenced_update(queryset: QuerySet[_M], lock_or_token: object, /, **values: An
     them: how many rows were written.
 
     One ``UPDATE ... WHERE <filter> AND fence <= <token>``, in a transaction (a savepoint
-    inside one). When a row the filter matches carries a later token, nothing is written and
-    :class:`StaleFencingToken` is raised. ``lock_or_token``: a held Lock, a semaphore's place,
-    a write hold or an int token. Compute new values from the row (``F("balance") - 10``),
-    not from an earlier read: the docs' "Fencing" page shows why.
+    inside one); for a model on several tables (multi-table inheritance) the rows are selected
+    for update first, as Django updates each table by primary key. When a row the filter
+    matches carries a later token, nothing is written and :class:`StaleFencingToken` is
+    raised. ``lock_or_token``: a held Lock, a semaphore's place, a write hold or an int token.
+    Compute new values from the row (``F("balance") - 10``), not from an earlier read: the
+    docs' "Fencing" page shows why.
     """
     if not isinstance(queryset, models.QuerySet):
         raise TypeError(f"fenced_update() takes a QuerySet, not {type(queryset).__name__}.")
@@ -115,6 +117,15 @@ def fenced_update(queryset: QuerySet[_M], lock_or_token: object, /, **values: An
     # The alias update() itself would write to: the queryset's own, else the router's.
     using = getattr(queryset, "_db", None) or router.db_for_write(queryset.model)
     with transaction.atomic(using=using):
+        if queryset.model._meta.parents:
+            # A model on several tables: Django selects the rows, then updates each table by
+            # primary key. Lock them first, so that no holder writes between.
+            list(
+                queryset.using(using)
+                .filter(**{f"{field.name}__lte": fence.token})
+                .select_for_update()
+                .values_list("pk", flat=True)
+            )
         written = (
             queryset.using(using)
             .filter(**{f"{field.name}__lte": fence.token})
@@ -161,13 +172,21 @@ class FencedModelMixin:
             return
         checked = fence_of(fence)
         field = fence_field_of(self._fenced_model)
+        fields = kwargs.get("update_fields")
+        if fields is not None:
+            fields = list(fields)
+            if not fields:
+                return  # as Django's save(): an empty update_fields saves nothing
+            if field.name not in fields and field.attname not in fields:
+                fields.append(field.name)  # the row takes the token too
+            kwargs["update_fields"] = fields
         before = getattr(self, field.attname)
         setattr(self, field.attname, checked.token)
-        fields = kwargs.get("update_fields")
-        if fields is not None and field.name not in fields and field.attname not in fields:
-            kwargs["update_fields"] = [*fields, field.name]  # the row takes the token too
         self._fence_now = checked
-        using = kwargs.get("using") or router.db_for_write(self._fenced_model, instance=self)
+        # save(force_insert, force_update, using, update_fields): Django 4.2 takes them in
+        # that order too.
+        using = kwargs.get("using") or (args[2] if len(args) > 2 else None)
+        using = using or router.db_for_write(self._fenced_model, instance=self)
         try:
             # A savepoint: a refusal leaves the caller's transaction usable, as with
             # fenced_update() (Django marks it for rollback after any failed save).
@@ -198,8 +217,14 @@ class FencedModelMixin:
         # one with the fence column gets the fence in its WHERE.
         update = super()._do_update  # type: ignore[misc]
         fence = self._fence_now
-        field = fence_field_of(self._fenced_model) if fence is not None else None
-        if fence is None or field is None or field not in base_qs.model._meta.local_concrete_fields:
+        fields = fence_fields(self._fenced_model)  # one, unless E014 says otherwise
+        field = fields[0] if len(fields) == 1 else None
+        if field is None or field not in base_qs.model._meta.local_concrete_fields:
+            return update(base_qs, using, pk_val, values, *args, **kwargs)
+        if fence is None:
+            # A save without a fence leaves the column as it is: the value in memory may be
+            # older than the row's, and writing it back would let a stale holder in again.
+            values = [value for value in values if value[0] is not field]
             return update(base_qs, using, pk_val, values, *args, **kwargs)
         fenced = base_qs.filter(**{f"{field.name}__lte": fence.token})
         updated = update(fenced, using, pk_val, values, *args, **kwargs)

@@ -11,7 +11,9 @@ itself, so that the number of label sets stays bounded: ``METRICS_OTHER`` labels
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from django_redis_lock.conf import lock_settings
@@ -63,25 +65,49 @@ def reset() -> None:
     _observers = None
 
 
+_building = threading.Lock()
+
+
 def _build() -> tuple[Observer, ...]:
     global _observers
-    built: list[Observer] = []
-    if lock_settings.METRICS is not False:
-        try:
-            from django_redis_lock.metrics.prometheus import PrometheusObserver
-        except ImportError:
-            pass
-        else:
-            built.append(PrometheusObserver.for_registry(lock_settings.METRICS_REGISTRY))
-        try:
-            from django_redis_lock.metrics.otel import OpenTelemetryObserver, configured
-        except ImportError:
-            pass
-        else:
-            if configured():  # the API alone does nothing: then it costs nothing either
-                built.append(OpenTelemetryObserver())
-    _observers = tuple(built)
-    return _observers
+    with _building:  # two threads' first locks at once: one builds, the other uses it
+        if _observers is not None:
+            return _observers
+        built: list[Observer] = []
+        if lock_settings.METRICS is not False:
+            built += _made("prometheus", _prometheus)
+            built += _made("OpenTelemetry", _opentelemetry)
+        _observers = tuple(built)
+        return _observers
+
+
+def _made(what: str, make: Callable[[], Observer | None]) -> list[Observer]:
+    """The observer ``make`` makes (none when its library is not installed); one that cannot
+    be made (a bad METRICS_REGISTRY: system check E015) is logged, and locks go on without."""
+    try:
+        made = make()
+    except ImportError:
+        return []
+    except Exception:
+        logger.exception("Lock metrics for %s could not be set up; locks go on without.", what)
+        return []
+    return [made] if made is not None else []
+
+
+def _prometheus() -> Observer:
+    from django_redis_lock.metrics.prometheus import PrometheusObserver
+
+    try:
+        return PrometheusObserver.for_registry(lock_settings.METRICS_REGISTRY)
+    except ImportError as exc:  # the registry's module, not prometheus_client: not "absent"
+        raise ValueError(f"REDIS_LOCK['METRICS_REGISTRY']: {exc}") from exc
+
+
+def _opentelemetry() -> Observer | None:
+    from django_redis_lock.metrics.otel import OpenTelemetryObserver, configured
+
+    # The API alone does nothing: then it costs nothing either.
+    return OpenTelemetryObserver() if configured() else None
 
 
 def label_of(lock: Any) -> str:
@@ -101,10 +127,8 @@ class Acquisition:
         self.lock, self.observed, self.label = lock, observed, label_of(lock)
         self.started = time.monotonic()
         # Only an observer that traces has something to start (a span).
-        self.starts = [
-            observer.start_acquire(self.label, lock) if observer.traces else None
-            for observer in observed
-        ]
+        traced = any(observer.traces for observer in observed)
+        self.starts = [_started(each, self.label, lock) for each in observed] if traced else None
 
     def done(self, acquired: bool, waiting: bool, error: BaseException | None = None) -> None:
         """The call returned ``acquired`` (``waiting``: it could wait) or raised ``error``."""
@@ -113,12 +137,23 @@ class Acquisition:
         else:
             outcome = UNAVAILABLE if isinstance(error, LockUnavailable) else None
         waited = time.monotonic() - self.started
-        starts = self.starts
+        starts, label, lock = self.starts, self.label, self.lock
         for index, observer in enumerate(self.observed):
             try:
-                observer.end_acquire(self.label, self.lock, starts[index], outcome, waited, error)
+                started = starts[index] if starts is not None else None
+                observer.end_acquire(label, lock, started, outcome, waited, error)
             except Exception:
                 _failed()
+
+
+def _started(observer: Observer, label: str, lock: Any) -> Any:
+    if not observer.traces:
+        return None
+    try:
+        return observer.start_acquire(label, lock)
+    except Exception:
+        _failed()
+        return None
 
 
 def began(lock: Any) -> None:

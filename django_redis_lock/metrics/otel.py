@@ -61,21 +61,22 @@ class OpenTelemetryObserver(Observer):
         self, label: str, lock: Any, started: Any, outcome: str | None, waited: float,
         error: BaseException | None,
     ) -> None:  # fmt: skip
+        if started is not None:
+            span, token = started
+            context.detach(token)  # first: the caller's context back, whatever fails below
+            try:
+                span.set_attribute("lock.outcome", outcome or "interrupted")
+                span.set_attribute("lock.waited", waited)
+                if lock.fencing_token is not None and outcome == "acquired":
+                    span.set_attribute("lock.fencing_token", lock.fencing_token)
+                if error is not None:
+                    span.record_exception(error)
+                    span.set_status(trace.Status(trace.StatusCode.ERROR, type(error).__name__))
+            finally:
+                span.end()
         if outcome is not None:
             attributes = {"lock.name.template": label, "lock.outcome": outcome}
             self.acquire_duration.record(waited, attributes)
-        if started is None:
-            return
-        span, token = started
-        context.detach(token)
-        span.set_attribute("lock.outcome", outcome or "interrupted")
-        span.set_attribute("lock.waited", waited)
-        if lock.fencing_token is not None and outcome == "acquired":
-            span.set_attribute("lock.fencing_token", lock.fencing_token)
-        if error is not None:
-            span.record_exception(error)
-            span.set_status(trace.Status(trace.StatusCode.ERROR, type(error).__name__))
-        span.end()
 
     def ended(self, label: str, lock: Any, held: float) -> None:
         self.hold_duration.record(held, {"lock.name.template": label})

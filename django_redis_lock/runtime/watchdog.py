@@ -283,7 +283,7 @@ class Watchdog:
         logger.warning(
             "Could not renew lock %r (%s); retrying before its lease ends.", hold.name, exc
         )
-        lose = hold.lose()
+        lose = hold.lose() if hold.watched else None  # released meanwhile: nothing to say
         if lose is not None:  # alerting can fire before the lease runs out
             held = getattr(lose, "__self__")  # noqa: B009  (a bound method's Lock)
             signals.send(

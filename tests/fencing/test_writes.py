@@ -252,8 +252,69 @@ def test_model_check_e014() -> None:
         other = FenceField()
         Meta = type("Meta", (), {"app_label": "testproject"})
 
+    class Nullable(FencedModelMixin, models.Model):  # noqa: DJ008
+        fence = FenceField(null=True)
+        Meta = type("Meta", (), {"app_label": "testproject"})
+
+    class Unmixed(models.Model):  # noqa: DJ008
+        fence = FenceField()
+        Meta = type("Meta", (), {"app_label": "testproject"})
+
     assert fence_errors(Fine) == []
-    for model in (NoFence, TwoFences):
+    for model in (NoFence, TwoFences, Nullable):
         [error] = fence_errors(model)
         assert error.id == "django_redis_lock.E014"
         assert model._meta.label in error.msg
+    [warning] = fence_errors(Unmixed)
+    assert warning.id == "django_redis_lock.W013"
+
+
+def test_a_plain_save_leaves_the_fence_as_the_row_has_it() -> None:
+    account = _account()
+    copy = Account.objects.get(pk=account.pk)  # fence 0, in memory
+    fenced_update(Account.objects.filter(pk=account.pk), 7, balance=F("balance") - 1)
+    copy.balance = Decimal(50)
+    copy.save()  # a form's, the admin's: no fence
+    assert _row(account) == (Decimal(50), 7)  # not set back to 0
+    with pytest.raises(StaleFencingToken):
+        fenced_update(Account.objects.filter(pk=account.pk), 5, balance=1)
+
+
+def test_save_with_a_fence_and_update_fields(django_assert_num_queries: Any) -> None:
+    account = _account()
+    with django_assert_num_queries(0):
+        account.save(fence=3, update_fields=[])  # saves nothing, as Django's
+    account.balance = Decimal(4)
+    account.save(fence=3, update_fields=(name for name in ["balance"]))  # any iterable
+    assert _row(account) == (Decimal(4), 3)
+
+
+@pytest.mark.django_db(transaction=True)  # the schema editor: outside a transaction
+@isolate_apps("testproject")
+def test_multi_table_models_are_locked_before_the_update() -> None:
+    from django.db import connection
+
+    class Base(FencedModelMixin, models.Model):  # noqa: DJ008
+        fence = FenceField()
+        Meta = type("Meta", (), {"app_label": "testproject"})
+
+    class Child(Base):  # noqa: DJ008
+        extra = models.IntegerField(default=0)
+        Meta = type("Meta", (), {"app_label": "testproject"})
+
+    with connection.schema_editor() as editor:
+        editor.create_model(Base)
+        editor.create_model(Child)
+    try:
+        row = Child.objects.create(extra=1)
+        assert fenced_update(Child.objects.filter(pk=row.pk), 5, extra=2) == 1
+        row.refresh_from_db()
+        assert (row.extra, row.fence) == (2, 5)
+        with pytest.raises(StaleFencingToken):
+            fenced_update(Child.objects.filter(pk=row.pk), 4, extra=3)
+        row.refresh_from_db()
+        assert row.extra == 2
+    finally:
+        with connection.schema_editor() as editor:
+            editor.delete_model(Child)
+            editor.delete_model(Base)

@@ -232,3 +232,42 @@ def test_the_default_registry_is_served_at_metrics(client: Any) -> None:
     with lock("served:1", template="served"):
         pass
     assert _served(client, "served") == before + 1
+
+
+def test_a_failed_release_counts_the_hold_as_ended(registry: Any, redis_factory: Any) -> None:
+    server = redis_factory()
+    with builtin_cache_with(server.url, socket_timeout=0.1) as alias:
+        held = lock("blip", template="blip", using=alias, auto_renew=False)
+        assert held.acquire()
+        assert value(registry, "django_redis_lock_held", lock="blip") == 1
+        server.pause()
+        try:
+            with pytest.raises(LockUnavailable):
+                held.release()
+        finally:
+            server.resume()
+    # This process holds it no more (the watchdog gives it back once Redis answers).
+    assert value(registry, "django_redis_lock_held", lock="blip") == 0
+
+
+def test_a_failing_exporter_never_fails_a_lock(
+    registry: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from django_redis_lock.metrics.prometheus import PrometheusObserver
+
+    def broken(*args: Any) -> None:
+        raise RuntimeError("exporter down")
+
+    monkeypatch.setattr(PrometheusObserver, "end_acquire", broken)
+    monkeypatch.setattr(PrometheusObserver, "began", broken)
+    with lock("sturdy"):
+        pass
+    assert "Reporting a lock metric failed" in caplog.text
+
+
+def test_a_registry_that_cannot_be_had_leaves_locks_working(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with lock_settings(METRICS_REGISTRY="no.such.registry"), lock("without-metrics"):
+        pass
+    assert "could not be set up" in caplog.text
