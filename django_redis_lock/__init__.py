@@ -26,7 +26,8 @@ from django_redis_lock.unique import unique
 from django_redis_lock.validation import MAX_LABEL_LENGTH, MAX_NAME_LENGTH, MAX_TIMEOUT
 
 #: ``lock(name, *, timeout=None, blocking=True, blocking_timeout=None, auto_renew=None,
-#: reentrant=False, label=None, using=None)``: a Lock, not yet acquired (see :class:`Lock`).
+#: reentrant=False, label=None, using=None, template=None)``: a Lock, not yet acquired (see
+#: :class:`Lock`).
 lock = Lock
 
 __all__ = [

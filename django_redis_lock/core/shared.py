@@ -58,8 +58,8 @@ class LockOptions(TypedDict, total=False):
 def semaphore(name: str, limit: int, **options: Unpack[LockOptions]) -> SharedLock:
     """One holder of the semaphore ``name``: at most ``limit`` hold it at once.
 
-    ``options``: ``timeout``, ``blocking``, ``blocking_timeout``, ``auto_renew``, ``label`` and
-    ``using``, as for :func:`~django_redis_lock.lock`. The object has the Lock's API
+    ``options``: ``timeout``, ``blocking``, ``blocking_timeout``, ``auto_renew``, ``label``,
+    ``using`` and ``template``, as for :func:`~django_redis_lock.lock`. The object has the Lock's API
     (``acquire``, ``release``, ``extend``, ``with``, their async twins, ``fencing_token``,
     ``lost``...); create one per holder, as ``lock()``'s. Each place has its own lease,
     renewed while held; a crashed holder's place comes back when its lease ends. The limit is
