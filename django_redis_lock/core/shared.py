@@ -59,13 +59,13 @@ def semaphore(name: str, limit: int, **options: Unpack[LockOptions]) -> SharedLo
     """One holder of the semaphore ``name``: at most ``limit`` hold it at once.
 
     ``options``: ``timeout``, ``blocking``, ``blocking_timeout``, ``auto_renew``, ``label``,
-    ``using`` and ``template``, as for :func:`~django_redis_lock.lock`. The object has the Lock's API
-    (``acquire``, ``release``, ``extend``, ``with``, their async twins, ``fencing_token``,
-    ``lost``...); create one per holder, as ``lock()``'s. Each place has its own lease,
-    renewed while held; a crashed holder's place comes back when its lease ends. The limit is
-    each acquire's own: a holder is let in when fewer than its ``limit`` hold the name,
-    whatever limit the others came with (a smaller one does not take places from holders
-    already in; a larger one lets more in at once).
+    ``using`` and ``template``, as for :func:`~django_redis_lock.lock`. The object has the
+    Lock's API (``acquire``, ``release``, ``extend``, ``with``, their async twins,
+    ``fencing_token``, ``lost``...); create one per holder, as ``lock()``'s. Each place has its
+    own lease, renewed while held; a crashed holder's place comes back when its lease ends. The
+    limit is each acquire's own: a holder is let in when fewer than its ``limit`` hold the name,
+    whatever limit the others came with (a smaller one does not take places from holders already
+    in; a larger one lets more in at once).
     """
     return SharedLock(name, "s", validate_limit(limit), **options)
 
