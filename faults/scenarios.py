@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from faults.store import FENCED, READ_WRITE, SEMAPHORE, SEMAPHORE_LIMIT, Fault, Store, create
 from faults.topologies import (
@@ -35,6 +35,9 @@ from faults.topologies import (
     pubsub_clients,
 )
 from testproject.redis_server import die_with_parent
+
+if TYPE_CHECKING:
+    from django_redis_lock import LockInfo
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKER = ROOT / "faults" / "worker.py"
@@ -497,19 +500,25 @@ class Run:
 
     # -- faults --------------------------------------------------------------------------------
 
-    def holder(self) -> tuple[int, float]:
-        """Wait (bounded) until a worker holds the lock: its pid and the lease it has left."""
+    def held_by_workers(self) -> list[tuple[int, LockInfo]]:
+        """The holds of the lock (or the semaphore's places) by running workers, with their
+        pids: a killed worker's hold, there until its lease ends, is not one."""
         from django_redis_lock import get_lock_manager
         from faults.worker import NAME
 
-        manager = get_lock_manager()
+        pids, found = self.pids(), []
+        for info in get_lock_manager().holders(NAME):
+            match = re.search(r"\bpid (\d+)", info.owner)
+            if match is not None and int(match[1]) in pids:
+                found.append((int(match[1]), info))
+        return found
+
+    def holder(self) -> tuple[int, float]:
+        """Wait (bounded) until a worker holds the lock: its pid and the lease it has left."""
 
         def held_by_worker() -> tuple[int, float] | None:
-            for info in manager.holders(NAME):  # the lock's holder, or a semaphore's
-                match = re.search(r"\bpid (\d+)", info.owner)
-                if match is not None and int(match[1]) in self.pids():
-                    return int(match[1]), info.ttl
-            return None
+            held = self.held_by_workers()
+            return (held[0][0], held[0][1].ttl) if held else None
 
         found: tuple[int, float] = wait_for(held_by_worker, HOLDER_TIMEOUT, "a worker to hold")
         return found
@@ -518,18 +527,8 @@ class Run:
         """Whether running workers hold every place of the semaphore variant's semaphore. A
         fault is injected from there, and the next one only once it holds again: recovery is
         "every place in use again", which a fault during the last one's recovery would delay."""
-        from django_redis_lock import get_lock_manager
-        from faults.worker import NAME
-
-        pids = self.pids()  # a killed worker's place, held until its lease ends, is no use
-        held = [
-            info
-            for info in get_lock_manager().holders(NAME)
-            if info.kind == "semaphore"
-            and (match := re.search(r"\bpid (\d+)", info.owner)) is not None
-            and int(match[1]) in pids
-        ]
-        return len(held) >= SEMAPHORE_LIMIT
+        places = [info for _, info in self.held_by_workers() if info.kind == "semaphore"]
+        return len(places) >= SEMAPHORE_LIMIT
 
     def inject(self) -> tuple[Fault, int | None]:
         """Play the scenario's fault once; the fault and the pid it struck (holder faults)."""

@@ -81,27 +81,20 @@ class LockBackend:
 
     def _keys_for(self, name: str) -> LockKeys:
         """The Redis keys of the lock ``name`` (cached: ``keys_for``)."""
-        # The tag comes first, so braces in the name or the prefix cannot change the slot.
-        base = f"{self.namespace}:{{{tag(name)}}}:"
-        return LockKeys(
-            lock=self.make_key(f"{base}l:{name}"),
-            queue=self.make_key(f"{base}q:{name}"),
-            waiters=self.make_key(f"{base}w:{name}"),
-            stats=self.make_key(f"{base}s:{name}"),
-        )
+        return self._named_keys(name, "lqws", family="")
 
     def _shared_keys_for(self, name: str) -> LockKeys:
         """The Redis keys of the semaphore or read/write lock ``name``: its holders, queue and
         waiters (letters of their own: a lock and a semaphore of one name are apart), and the
         statistics a lock of that name would have."""
+        return self._named_keys(name, "mnos", family="shared_")
+
+    def _named_keys(self, name: str, letters: str, family: str) -> LockKeys:
+        """The keys of ``name`` with the letters of its lock, queue, waiters and statistics."""
+        # The tag comes first, so braces in the name or the prefix cannot change the slot.
         base = f"{self.namespace}:{{{tag(name)}}}:"
-        return LockKeys(
-            lock=self.make_key(f"{base}m:{name}"),
-            queue=self.make_key(f"{base}n:{name}"),
-            waiters=self.make_key(f"{base}o:{name}"),
-            stats=self.make_key(f"{base}s:{name}"),
-            family="shared_",
-        )
+        lock, queue, waiters, stats = (self.make_key(f"{base}{each}:{name}") for each in letters)
+        return LockKeys(lock, queue, waiters, stats, family=family)
 
     def _key_frame(self) -> tuple[str, str] | None:
         """The text the key function puts before and after a lock name, if it keeps names."""

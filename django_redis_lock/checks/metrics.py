@@ -17,34 +17,28 @@ def check_metrics(options: dict[str, Any]) -> list[CheckMessage]:
     errors: list[CheckMessage] = []
     other = options["METRICS_OTHER"]
     if not isinstance(other, str) or not other:
-        errors.append(
-            _error(f"REDIS_LOCK['METRICS_OTHER'] must be a non-empty str, not {other!r}.")
-        )
-    path = options["METRICS_REGISTRY"]
+        errors.append(_error(f"{_OTHER} must be a non-empty str, not {other!r}."))
+    why = _registry_refusal(options["METRICS_REGISTRY"])
+    return [*errors, _error(why)] if why else errors
+
+
+def _registry_refusal(path: object) -> str | None:
+    """Why METRICS_REGISTRY cannot be used, or None."""
     if path is None:
-        return errors
+        return None
     if not isinstance(path, str):
-        return [
-            *errors,
-            _error(f"REDIS_LOCK['METRICS_REGISTRY'] must be a dotted path, not {path!r}."),
-        ]
+        return f"{_REGISTRY} must be a dotted path, not {path!r}."
     try:
         from prometheus_client import CollectorRegistry
     except ImportError:  # nothing uses it: prometheus_client is not installed
-        return errors
+        return None
     try:
         registry = import_string(path)
     except ImportError as exc:
-        return [
-            *errors,
-            _error(f"REDIS_LOCK['METRICS_REGISTRY'] {path!r} cannot be imported: {exc}"),
-        ]
+        return f"{_REGISTRY} {path!r} cannot be imported: {exc}"
     if not isinstance(registry, CollectorRegistry):
-        kind = type(registry).__name__
-        errors.append(
-            _error(f"REDIS_LOCK['METRICS_REGISTRY'] {path!r} is a {kind}, not a CollectorRegistry.")
-        )
-    return errors
+        return f"{_REGISTRY} {path!r} is a {type(registry).__name__}, not a CollectorRegistry."
+    return None
 
 
 def _error(message: str) -> Error:

@@ -14,7 +14,8 @@ _SLICE_MARK = "__NEXT_WAITER_SLICE_MS__"
 # Helpers of every script that may grant or free a lock. They come after a script's fast path
 # for a lock nobody waits for, which then skips defining them (each definition costs time on
 # every call); that path repeats the few lines of grant() or tombstone() it needs.
-_PRELUDE = (
+# _CLOCK: the lease constants and the server's clock, which semaphores' scripts share.
+_CLOCK = (
     f"local HANDOVER_LEASE_MS = {_LEASE_MARK}\n"
     f"local NEXT_WAITER_SLICE_MS = {_SLICE_MARK}\n"
     + """
@@ -22,7 +23,11 @@ local function now_us()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
-
+"""
+)
+_PRELUDE = (
+    _CLOCK
+    + """
 -- ``last``: the lock's last token if read already (false: none), nil to read it here.
 local function grant(lock, secret, ttl, owner, label, now, last)
   if last == nil then last = redis.call('HGET', lock, 't') end
@@ -88,6 +93,28 @@ local function free(lock, queue, waiters, now, tombstone_ms)
   if hand_over(lock, queue, waiters, now) then return 2 end
   tombstone(lock, tombstone_ms)
   return 1
+end
+
+-- Queue ``secret`` in arrival order (``entry``: what a grant to it needs) and return how long
+-- it waits before it looks again: the first (``head`` is it, or nobody) until the lease it
+-- found (``left`` ms, -1: none) ends, in case the holder died; the others
+-- NEXT_WAITER_SLICE_MS at most, as one of them may be first by then. The entry outlives the
+-- wait by ``grace`` ms, for a grant on its way.
+local function enqueue(queue, waiters, secret, entry, head, left, wait, grace, now)
+  if not head or head == secret then
+    if left >= 0 and wait > left then wait = left end
+  elseif wait > NEXT_WAITER_SLICE_MS then
+    wait = NEXT_WAITER_SLICE_MS
+  end
+  local now_ms, keep = math.floor(now / 1000), wait + grace
+  redis.call('ZADD', queue, 'NX', string.format('%d', now), secret)
+  entry.d, entry.w = now_ms + keep, now_ms + wait
+  redis.call('HSET', waiters, secret, cjson.encode(entry))
+  if redis.call('PTTL', queue) < keep then
+    redis.call('PEXPIRE', queue, keep)
+    redis.call('PEXPIRE', waiters, keep)
+  end
+  return wait
 end
 """
 
@@ -157,21 +184,9 @@ if wait == 0 then
   end
   return {left, 0, elapsed}
 end
-local now_ms = math.floor(now / 1000)
-local head = first_live(queue, waiters, now_ms)
-if not head or head == secret then  -- first: look again when the lease ends
-  if left >= 0 and wait > left then wait = left end
-elseif wait > NEXT_WAITER_SLICE_MS then
-  wait = NEXT_WAITER_SLICE_MS
-end
-redis.call('ZADD', queue, 'NX', string.format('%d', now), secret)
-local keep = wait + tonumber(ARGV[7])
-redis.call('HSET', waiters, secret, cjson.encode({
-  t = ttl, d = now_ms + keep, w = now_ms + wait, o = ARGV[3], l = ARGV[4], c = ARGV[6]}))
-if redis.call('PTTL', queue) < keep then
-  redis.call('PEXPIRE', queue, keep)
-  redis.call('PEXPIRE', waiters, keep)
-end
+local head = first_live(queue, waiters, math.floor(now / 1000))
+local entry = {t = ttl, o = ARGV[3], l = ARGV[4], c = ARGV[6]}
+wait = enqueue(queue, waiters, secret, entry, head, left, wait, tonumber(ARGV[7]), now)
 return {left, wait, elapsed}
 """
 )

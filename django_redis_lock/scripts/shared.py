@@ -21,7 +21,7 @@ long as the tombstone timeout.
 
 from __future__ import annotations
 
-from django_redis_lock.scripts.queue import _LEASE_MARK, _QUEUE_PRELUDE, _SLICE_MARK
+from django_redis_lock.scripts.queue import _CLOCK, _QUEUE_PRELUDE
 from django_redis_lock.scripts.stats import STATS_LUA
 from django_redis_lock.validation import MAX_TIMEOUT
 
@@ -30,16 +30,10 @@ _REMEMBERED = 16
 
 _SHARED_PRELUDE = (
     f"local MAX_TIMEOUT_MS = {MAX_TIMEOUT * 1000}\n"
-    f"local HANDOVER_LEASE_MS = {_LEASE_MARK}\n"
-    f"local NEXT_WAITER_SLICE_MS = {_SLICE_MARK}\n"
+    + _CLOCK
     + STATS_LUA
     + _QUEUE_PRELUDE
     + """
-local function now_us()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-
 -- Whether a decoded field is a live holder as these scripts write one: a lease that has not
 -- ended and is at most MAX_TIMEOUT long, a token the scripts can compare, a kind.
 local function ours(entry, now_ms)
@@ -186,20 +180,8 @@ if wait == 0 then
   end
   return {left, 0, elapsed}
 end
-if not head or head == secret then  -- first: look again when the first lease ends
-  if left >= 0 and wait > left then wait = left end
-elseif wait > NEXT_WAITER_SLICE_MS then
-  wait = NEXT_WAITER_SLICE_MS
-end
-redis.call('ZADD', queue, 'NX', string.format('%d', now), secret)
-local keep_ms = wait + tonumber(ARGV[7])
-redis.call('HSET', waiters, secret, cjson.encode({
-  t = ttl, d = now_ms + keep_ms, w = now_ms + wait, o = ARGV[3], l = ARGV[4], c = ARGV[6],
-  k = kind}))
-if redis.call('PTTL', queue) < keep_ms then
-  redis.call('PEXPIRE', queue, keep_ms)
-  redis.call('PEXPIRE', waiters, keep_ms)
-end
+local entry = {t = ttl, o = ARGV[3], l = ARGV[4], c = ARGV[6], k = kind}
+wait = enqueue(queue, waiters, secret, entry, head, left, wait, tonumber(ARGV[7]), now)
 return {left, wait, elapsed}
 """
 )

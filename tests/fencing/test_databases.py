@@ -11,10 +11,19 @@ from collections.abc import Callable
 from decimal import Decimal
 
 import pytest
-from django.db import connections, transaction
+from django.db import connections, models, transaction
 from django.db.models import F
+from django.test.utils import CaptureQueriesContext, isolate_apps
 
-from django_redis_lock import Lock, LockNotOwned, StaleFencingToken, fenced_update, lock
+from django_redis_lock import (
+    FencedModelMixin,
+    FenceField,
+    Lock,
+    LockNotOwned,
+    StaleFencingToken,
+    fenced_update,
+    lock,
+)
 from testproject.models import Account
 from tests.helpers import fork_child, wait_children
 
@@ -190,3 +199,36 @@ def test_a_fence_checked_under_select_for_update_loses_nothing(alias: str) -> No
         assert Account.objects.using(alias).filter(pk=account.pk).exists()
     assert _balance(alias, account) == Decimal(140)
     later.release()
+
+
+@isolate_apps("testproject")
+def test_a_multi_table_model_is_locked_then_fenced(alias: str) -> None:
+    """Django updates a model on several tables one table at a time, by primary key: the rows
+    are selected for update first (where the database locks rows), then written, or refused."""
+
+    class Base(FencedModelMixin, models.Model):  # noqa: DJ008
+        fence = FenceField()
+        Meta = type("Meta", (), {"app_label": "testproject"})
+
+    class Child(Base):  # noqa: DJ008
+        extra = models.IntegerField(default=0)
+        Meta = type("Meta", (), {"app_label": "testproject"})
+
+    connection = connections[alias]
+    with connection.schema_editor() as editor:
+        editor.create_model(Base)
+        editor.create_model(Child)
+    try:
+        row = Child.objects.using(alias).create(extra=1)
+        one = Child.objects.using(alias).filter(pk=row.pk)
+        with CaptureQueriesContext(connection) as queries:
+            assert fenced_update(one, 5, extra=2) == 1
+        if connection.features.has_select_for_update:
+            assert any("FOR UPDATE" in query["sql"] for query in queries.captured_queries)
+        with pytest.raises(StaleFencingToken):
+            fenced_update(one, 4, extra=3)
+        assert [(each.extra, each.fence) for each in one] == [(2, 5)]
+    finally:
+        with connection.schema_editor() as editor:
+            editor.delete_model(Child)
+            editor.delete_model(Base)

@@ -287,34 +287,3 @@ def test_save_with_a_fence_and_update_fields(django_assert_num_queries: Any) -> 
     account.balance = Decimal(4)
     account.save(fence=3, update_fields=(name for name in ["balance"]))  # any iterable
     assert _row(account) == (Decimal(4), 3)
-
-
-@pytest.mark.django_db(transaction=True)  # the schema editor: outside a transaction
-@isolate_apps("testproject")
-def test_multi_table_models_are_locked_before_the_update() -> None:
-    from django.db import connection
-
-    class Base(FencedModelMixin, models.Model):  # noqa: DJ008
-        fence = FenceField()
-        Meta = type("Meta", (), {"app_label": "testproject"})
-
-    class Child(Base):  # noqa: DJ008
-        extra = models.IntegerField(default=0)
-        Meta = type("Meta", (), {"app_label": "testproject"})
-
-    with connection.schema_editor() as editor:
-        editor.create_model(Base)
-        editor.create_model(Child)
-    try:
-        row = Child.objects.create(extra=1)
-        assert fenced_update(Child.objects.filter(pk=row.pk), 5, extra=2) == 1
-        row.refresh_from_db()
-        assert (row.extra, row.fence) == (2, 5)
-        with pytest.raises(StaleFencingToken):
-            fenced_update(Child.objects.filter(pk=row.pk), 4, extra=3)
-        row.refresh_from_db()
-        assert row.extra == 2
-    finally:
-        with connection.schema_editor() as editor:
-            editor.delete_model(Child)
-            editor.delete_model(Base)

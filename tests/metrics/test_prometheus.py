@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import select
 import subprocess
 import sys
 import textwrap
@@ -200,6 +201,8 @@ def test_multiprocess_mode_sums_the_processes(tmp_path: Path, redis_url: str) ->
     try:
         for child in children:
             assert child.stdout is not None
+            ready, _, _ = select.select([child.stdout], [], [], 60)  # a bounded wait
+            assert ready, "a child did not take its lock in 60 s"
             assert child.stdout.readline().strip() == "held"
         collected = CollectorRegistry()
         MultiProcessCollector(collected, path=str(directory))
