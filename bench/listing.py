@@ -26,6 +26,7 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -128,7 +129,26 @@ def time_stats_page(env: dict[str, str], page: bool = True) -> tuple[float, floa
     return float(seconds), int(peak) / 1024
 
 
+@dataclass
+class Scale:
+    """The figures the targets are read from."""
+
+    small: int
+    locks: int
+    small_seconds: float
+    seconds: float
+    small_rss: float
+    rss: float
+    admin_seconds: float
+    bytes_per_lock: float
+
+
 def measure(locks: int, repeats: int) -> list[str]:
+    """Rows for docs/benchmarks.rst (see measure_scale)."""
+    return measure_scale(locks, repeats)[0]
+
+
+def measure_scale(locks: int, repeats: int) -> tuple[list[str], Scale]:
     """The listing and admin figures at ``locks`` held locks, on a Redis of their own."""
     server = RedisServer(binary=find_redis_server()).start()
     env = {
@@ -149,9 +169,11 @@ def measure(locks: int, repeats: int) -> list[str]:
     try:
         with override_settings(CACHES=build_caches(server.url)):
             small = locks // 10
+            used = redis_memory(server)
             take_locks(small)
             small_runs = [time_list(env) for _ in range(repeats)]
             take_locks(locks - small, start=small)
+            per_lock = (redis_memory(server) - used) / locks
             big_runs = [time_list(env) for _ in range(repeats)]
             admin = time_admin_first_page(repeats)
             _, bare = time_stats_page(env, page=False)
@@ -169,6 +191,10 @@ def measure(locks: int, repeats: int) -> list[str]:
             f"``locks list --json``, {count:,} locks: {seconds:.2f} s, max RSS {memory:.0f} MiB"
         )
     rows.append(f"admin first page, {locks:,} locks: {admin * 1000:.0f} ms")
+    rows.append(
+        f"Redis memory per held lock at {locks:,} locks (``used_memory``, before and after, "
+        f"over the locks; a 21-character owner, a 5-character label): {per_lock:.0f} B"
+    )
     for count, runs in ((small, small_stats), (locks, big_stats)):
         seconds = statistics.median(run[0] for run in runs)
         memory = max(run[1] for run in runs)
@@ -176,7 +202,24 @@ def measure(locks: int, repeats: int) -> list[str]:
             f"admin statistics page, {count:,} names: {seconds:.2f} s, max RSS {memory:.0f} MiB "
             f"(the process without the page: {bare:.0f} MiB)"
         )
-    return rows
+    scale = Scale(
+        small=small,
+        locks=locks,
+        small_seconds=statistics.median(run[0] for run in small_runs),
+        seconds=statistics.median(run[0] for run in big_runs),
+        small_rss=max(run[1] for run in small_runs),
+        rss=max(run[1] for run in big_runs),
+        admin_seconds=admin,
+        bytes_per_lock=per_lock,
+    )
+    return rows, scale
+
+
+def redis_memory(server: RedisServer) -> int:
+    """The server's ``used_memory``, in bytes."""
+    import redis
+
+    return int(redis.Redis.from_url(server.url).info("memory")["used_memory"])
 
 
 def main() -> None:

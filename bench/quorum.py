@@ -248,7 +248,9 @@ def run(servers: list[RedisServer], cycles: int, repeats: int, samples: int) -> 
     return results
 
 
-def measure(cycles: int, repeats: int, samples: int = DOWN_SAMPLES) -> tuple[list[str], str]:
+def measure(
+    cycles: int, repeats: int, samples: int = DOWN_SAMPLES
+) -> tuple[list[str], str, dict[int, float]]:
     """The figures: README-ready sentences, and a plain summary."""
     import django
     from django.test.utils import override_settings
@@ -261,7 +263,9 @@ def measure(cycles: int, repeats: int, samples: int = DOWN_SAMPLES) -> tuple[lis
             results = run(servers, cycles, repeats, samples)
     finally:
         group.stop_all()
-    return rows(results), summary(results)
+    one = _micros(results, OURS, 1)
+    ratios = {size: _micros(results, OURS, size) / one for size in SIZES}
+    return rows(results), summary(results), ratios
 
 
 def _micros(results: Results, library: str, size: int) -> float:
@@ -358,7 +362,7 @@ def main() -> None:
     )
     options = parser.parse_args()
     started = time.monotonic()
-    found, plain = measure(options.cycles, options.repeats, options.down)
+    found, plain, _ = measure(options.cycles, options.repeats, options.down)
     print("Quorum locks (Redlock)")
     print("----------------------")
     print()

@@ -5,7 +5,8 @@ the start time the lock already stores, by the Redis server's clock) and how lon
 waited (measured by the acquiring process) into two histograms of a small hash per lock name,
 with counters of acquisitions, busy answers, lost and forced holds (see ``scripts.BOUNDS_MS``).
 The hash of a name used once expires a day and an hour later, of a name used again a week after
-its last recorded use. ``REDIS_LOCK["STATS"] = False`` records nothing.
+its last recorded use (renewed once an hour at most, so up to an hour sooner).
+``REDIS_LOCK["STATS"] = False`` records nothing.
 
 Percentiles are exact to the bucket: a p99 of 7 s means the 99th percentile hold fell in the
 bucket that ends at 7 s (over 5 s, up to 7 s). The suggested timeout is the classic advice: the

@@ -73,6 +73,10 @@ def validate_label(label: object) -> str | None:
     return None if label is None else _text(label, "label", MAX_LABEL_LENGTH)
 
 
+# A tuple, built once: ``int | float`` in an isinstance call builds a union at every call.
+_NUMBERS = (int, float)
+
+
 def shorten(text: str, limit: int) -> str:
     """``text`` cut to at most ``limit`` characters, ending with an ellipsis when cut."""
     return text if len(text) <= limit else text[: limit - 1] + "\u2026"
@@ -80,7 +84,7 @@ def shorten(text: str, limit: int) -> str:
 
 def seconds_to_ms(value: object, what: str) -> int:
     """A number of seconds from MIN_TIMEOUT to MAX_TIMEOUT, as whole milliseconds."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if isinstance(value, bool) or not isinstance(value, _NUMBERS):
         raise TypeError(f"{what} must be a number of seconds, not {type(value).__name__}.")
     if not (math.isfinite(value) and MIN_TIMEOUT <= value <= MAX_TIMEOUT):
         raise ValueError(
@@ -138,7 +142,7 @@ def validate_blocking_timeout(value: object) -> float | None:
     """``value`` as seconds to wait at most: None (no limit), or zero or more."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if isinstance(value, bool) or not isinstance(value, _NUMBERS):
         raise TypeError(
             f"blocking_timeout must be a number of seconds or None, not {type(value).__name__}."
         )

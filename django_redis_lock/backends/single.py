@@ -25,6 +25,7 @@ from django_redis_lock.backends.base import (
     _TAG_FRAME,
     _TAG_LENGTH,
     Backend,
+    EncodedKeys,
     LockKeys,
     LuaScript,
     connection_of,
@@ -74,6 +75,7 @@ class LockBackend:
         self.keys_for = lru_cache(maxsize=4096)(self._keys_for)
         self.shared_keys_for = lru_cache(maxsize=4096)(self._shared_keys_for)
         self._frame = self._key_frame()
+        self._encoded = EncodedKeys(client)
 
     def make_key(self, body: str) -> str:
         """``body`` through the cache's key function (KEY_PREFIX, VERSION, KEY_FUNCTION)."""
@@ -156,6 +158,7 @@ class LockBackend:
 
     def run(self, script: ScriptName, keys: Sequence[str | bytes], args: Sequence[Any]) -> Any:
         """Run one of the lock's scripts on the sync client; its reply."""
+        keys = self._encoded(keys)
         try:
             return self._scripts[script].run(self.client, keys, args)
         except errors.CONNECTION + errors.RESPONSE as exc:
@@ -170,7 +173,7 @@ class LockBackend:
         self, script: ScriptName, keys: Sequence[str | bytes], args: Sequence[Any]
     ) -> Any:
         """Run one of the lock's scripts on the running event loop's client; its reply."""
-        client = self.async_client()
+        client, keys = self.async_client(), self._encoded(keys)
         try:
             return await self._scripts[script].arun(client, keys, args)
         except errors.CONNECTION + errors.RESPONSE as exc:

@@ -87,7 +87,9 @@ class _Run:
 
 def drive(backend: Backend, flow: Flow[T], what: str) -> T:
     """Take ``flow``'s steps with blocking calls; its result (``what``: for error messages)."""
-    run, reply, error = _Run(backend, flow, what), None, None
+    reply: Any = None
+    error: BaseException | None = None
+    run: _Run | None = None  # made by the first Listen step: most calls never listen
     ticket: SyncTicket | None = None
     try:
         while True:  # _Run.next inlined: this loop is the hot path of every blocking call
@@ -109,13 +111,13 @@ def drive(backend: Backend, flow: Flow[T], what: str) -> T:
                     assert ticket is not None, "a flow waits only after it listens"
                     reply = ticket.wait(step.seconds)
                 else:
-                    ticket = SyncTicket()
+                    ticket, run = SyncTicket(), _Run(backend, flow, what)
                     run.listen(step, ticket)
                     reply = None
             except BaseException as exc:  # the flow decides what an interruption undoes
                 error = exc
     finally:
-        if run.listener is not None:
+        if run is not None and run.listener is not None:
             run.close()
 
 

@@ -33,6 +33,8 @@ from django_redis_lock.validation import MAX_OWNER_LENGTH, Using, shorten, valid
 
 logger = logging.getLogger("django_redis_lock")
 _HOST = socket.gethostname()
+# Owner texts remembered at most (see Runtime.thread_owner).
+_OWNERS_LIMIT = 1024
 K = TypeVar("K")
 V = TypeVar("V")
 
@@ -52,6 +54,10 @@ class Runtime:
         self._listeners: dict[Backend, Listener | CompositeListener] = {}
         # The backends whose servers were looked at for eviction (see for_locks).
         self._looked: set[Backend] = set()
+        # for_locks() of the REDIS_LOCK CACHE, once looked at: the call of every lock().
+        self._default: Backend | None = None
+        # The owner texts of this process's threads, by thread name.
+        self._owners: dict[str, str] = {}
         self._mutex = threading.Lock()
 
     def backend(self, alias: Using = None) -> Backend:
@@ -67,6 +73,8 @@ class Runtime:
     def for_locks(self, alias: Using = None) -> Backend:
         """:meth:`backend`, for a Lock: the servers of each backend are looked at for eviction
         at its first lock of the process (production servers never run ``manage.py check``)."""
+        if alias is None and self._default is not None:
+            return self._default
         backend = self.backend(alias)
         if backend not in self._looked:
             with self._mutex:
@@ -74,6 +82,8 @@ class Runtime:
                 self._looked.add(backend)
             if first:
                 _look_for_eviction(backend)
+        if alias is None:
+            self._default = backend
         return backend
 
     def _quorum(self, aliases: tuple[str, ...]) -> Backend:
@@ -116,9 +126,15 @@ class Runtime:
         return found
 
     def thread_owner(self) -> str:
-        """The owner text of a hold taken by the current thread."""
-        where = f"thread {threading.current_thread().name}"
-        return shorten(f"{self.process} {where}", MAX_OWNER_LENGTH)
+        """The owner text of a hold taken by the current thread (made again when the thread's
+        name changes)."""
+        name = threading.current_thread().name
+        known = self._owners.get(name)
+        if known is None:
+            if len(self._owners) >= _OWNERS_LIMIT:  # threads named apart, one per job, say
+                self._owners.clear()
+            known = self._owners[name] = shorten(f"{self.process} thread {name}", MAX_OWNER_LENGTH)
+        return known
 
     def task_owner(self) -> str:
         """The owner text of a hold taken by the current asyncio task."""
@@ -137,6 +153,7 @@ class Runtime:
             self._backends.clear()
             self._quorums.clear()
             self._looked.clear()
+            self._default = None
             self.recent_stats = RecentStats()
 
 

@@ -22,7 +22,6 @@ the first command last), the grant lives no longer than its lease.
 
 from __future__ import annotations
 
-import collections
 import heapq
 import itertools
 import logging
@@ -142,8 +141,11 @@ class Watchdog:
     def __init__(self) -> None:
         self._cond = threading.Condition(threading.Lock())
         self._due: list[tuple[float, int, Hold | Settle]] = []
-        # Holds due a tick or more from now, added without the lock; the thread takes them.
-        self._incoming: collections.deque[Hold] = collections.deque()
+        # Holds due a tick or more from now, added without the lock, by id; the thread takes
+        # them. A release takes its hold back out at once: most holds end within the tick, and
+        # a hold dropped then dies young (the garbage collector never moves it to an older
+        # generation, whose collections cost a busy process dearly).
+        self._incoming: dict[int, Hold] = {}
         self._order = itertools.count()
         self._compact_at = _COMPACT_AT
         self._thread: threading.Thread | None = None
@@ -158,7 +160,7 @@ class Watchdog:
     def add(self, hold: Hold) -> None:
         """Start renewing ``hold``, first at a third of the lease it starts with."""
         if self._ticking and hold.first >= _TICK_SECONDS:
-            self._incoming.append(hold)  # atomic; the thread looks before the hold is due
+            self._incoming[id(hold)] = hold  # atomic; the thread looks before it is due
             return
         with self._cond:
             self._schedule(hold, hold.due)
@@ -167,6 +169,7 @@ class Watchdog:
     def remove(self, hold: Hold) -> None:
         """Stop renewing ``hold``: no renewal starts for it after this returns."""
         hold.watched = False  # the thread drops it when it comes across it
+        self._incoming.pop(id(hold), None)  # atomic; if the thread took it, it is in the heap
 
     def settle(self, leave: Settle) -> None:
         """Send LEAVE for an attempt whose outcome is unknown, until Redis answers."""
@@ -199,7 +202,7 @@ class Watchdog:
     def _take_incoming(self) -> None:
         """Move holds added without the lock into the heap (called with the lock held)."""
         while self._incoming:
-            hold = self._incoming.popleft()
+            hold = self._incoming.popitem()[1]
             if hold.watched:
                 heapq.heappush(self._due, (hold.due, next(self._order), hold))
         if len(self._due) > self._compact_at:  # mostly released holds, as a rule

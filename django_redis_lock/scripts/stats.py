@@ -62,20 +62,27 @@ local function count_gone(stats, lock, secret)
 end
 
 -- A hold that lasted hold_ms, after an acquire that waited wait_ms, of a lock whose timeout
--- is ttl_ms. Waits under a millisecond (bucket 0, most of them) are not written: they are
--- the holds recorded less the other waits.
-local function record(stats, hold_ms, wait_ms, ttl_ms)
+-- is ttl_ms, released at ``now`` (server clock, microseconds). Waits under a millisecond
+-- (bucket 0, most of them) are not written: they are the holds recorded less the other waits.
+-- The hash's lifetime is set at its first and second recorded hold, then at most once an hour
+-- (``e``: the hour of the last, by the server's clock), not at every release: one command less.
+local function record(stats, hold_ms, wait_ms, ttl_ms, now)
   local recorded = redis.call('HINCRBY', stats, 'n', 1)
   redis.call('HINCRBY', stats, 'h' .. bucket(hold_ms), 1)
   if wait_ms >= 1 then redis.call('HINCRBY', stats, 'w' .. bucket(wait_ms), 1) end
-  local seen = redis.call('HMGET', stats, 'm', 't')
+  local seen = redis.call('HMGET', stats, 'm', 't', 'e')
   local longest = tonumber(seen[1] or '') or 0
   -- Not what this library writes (inf, nan, below zero, past Lua's exact integers): forgotten.
   if not (longest >= 0 and longest < 9e15) then longest = 0 end
-  if hold_ms > longest or tonumber(seen[2] or '') ~= ttl_ms then
-    redis.call('HSET', stats, 'm', string.format('%d', math.max(hold_ms, longest)), 't', ttl_ms)
+  local hour = string.format('%d', math.floor(now / 3600000000))
+  local renew = recorded <= 2 or seen[3] ~= hour
+  if renew or hold_ms > longest or tonumber(seen[2] or '') ~= ttl_ms then
+    redis.call('HSET', stats, 'm', string.format('%d', math.max(hold_ms, longest)), 't', ttl_ms,
+               'e', hour)
   end
-  redis.call('PEXPIRE', stats, recorded > 1 and STATS_TTL_MS or FIRST_STATS_TTL_MS)
+  if renew then
+    redis.call('PEXPIRE', stats, recorded > 1 and STATS_TTL_MS or FIRST_STATS_TTL_MS)
+  end
 end
 
 -- After a release by its holder: record the hold (from its start, ``a``), if asked to
@@ -84,7 +91,7 @@ local function record_release(lock_start, now)
   local started = tonumber(lock_start or '')
   if ARGV[3] ~= '1' or not started then return end
   pcall(record, KEYS[4], math.max(now - started, 0) / 1000, tonumber(ARGV[4]) or 0,
-        tonumber(ARGV[5]) or 0)
+        tonumber(ARGV[5]) or 0, now)
 end
 """
 )
