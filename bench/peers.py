@@ -739,7 +739,7 @@ def _contended_table(
     return lines
 
 
-def targets(results: Results, scale: Any, quorum: dict[int, float]) -> str:
+def targets(results: Results, scale: Any, quorum: dict[int, float], floor: dict[int, float]) -> str:
     """The targets of DESIGN.md section 5 and issue 28, each against this run."""
     rtt = _median(results.ping) * 1e6
 
@@ -795,8 +795,17 @@ def targets(results: Results, scale: Any, quorum: dict[int, float]) -> str:
             f"{commands:.2f} in all",
             commands <= 3.05,
         ),
-        *row("quorum of 3 at most 1.3x our single cycle", f"{quorum[3]:.2f}x", quorum[3] <= 1.3),
-        *row("quorum of 5 against our single cycle", f"{quorum[5]:.2f}x", None),
+        *row(
+            "quorum of 3 at most 1.3x our single cycle",
+            f"{quorum[3]:.2f}x (at best {floor[3]:.2f}x: our single cycle plus the raw fan-out "
+            "floor's cost of two more primaries)",
+            quorum[3] <= 1.3,
+        ),
+        *row(
+            "quorum of 5 against our single cycle",
+            f"{quorum[5]:.2f}x (at best {floor[5]:.2f}x)",
+            None,
+        ),
         *row(
             f"admin first page under 0.5 s at {scale.locks:,} locks",
             f"{scale.admin_seconds * 1000:.0f} ms",
@@ -904,7 +913,7 @@ def main() -> None:
     cluster_rows = cluster.measure(options.cycles, options.repeats)
     import quorum
 
-    quorum_rows, _, quorum_ratios = quorum.measure(options.cycles, options.repeats)
+    quorum_rows, _, quorum_ratios, quorum_floor = quorum.measure(options.cycles, options.repeats)
     import stats
 
     stats_rows = stats.measure(options.cycles, options.repeats)
@@ -929,7 +938,7 @@ def main() -> None:
             ".. image:: benchmarks.png",
             "   :alt: Per-library cycle time and contended handoff gap.",
             "",
-            targets(results, scale, quorum_ratios),
+            targets(results, scale, quorum_ratios, quorum_floor),
             body,
             "Operating locks at scale",
             "------------------------",
