@@ -146,8 +146,13 @@ if not holder and (held[2] or redis.call('EXISTS', queue) == 0) then
   local last = tonumber(held[2] or '') or 0  -- as in grant(): any text, or absurdly large
   if last >= 9e15 then last = 0 end
   local token = math.max(last + 1, now)
-  redis.call('HSET', lock, 's', secret, 't', string.format('%d', token), 'o', ARGV[3],
-             'l', ARGV[4], 'a', string.format('%d', now))
+  if token == now then  -- the start time is the token: stored once (the reads fall back to t)
+    redis.call('HSET', lock, 's', secret, 't', string.format('%d', token), 'o', ARGV[3],
+               'l', ARGV[4])
+  else
+    redis.call('HSET', lock, 's', secret, 't', string.format('%d', token), 'o', ARGV[3],
+               'l', ARGV[4], 'a', string.format('%d', now))
+  end
   redis.call('PEXPIRE', lock, ttl)
   return token
 end
@@ -176,7 +181,8 @@ end
 local left = redis.call('PTTL', lock)
 -- Busy: counted once per acquire (ARGV[8] '1' on its first attempt); the holder's hold so far.
 if ARGV[8] == '1' then pcall(count, KEYS[4], 'b') end
-local started = tonumber(redis.call('HGET', lock, 'a') or '')
+local since = redis.call('HMGET', lock, 'a', 't')  -- no a: the hold began at its token
+local started = tonumber(since[1] or since[2] or '')
 local elapsed = started and math.floor(math.max(now - started, 0) / 1000) or -1
 local wait = tonumber(ARGV[5])
 if wait == 0 then
@@ -203,14 +209,14 @@ return {left, wait, elapsed}
 RELEASE = (
     STATS_LUA
     + """
-local held = redis.call('HMGET', KEYS[1], 's', 'r', 'a')
+local held = redis.call('HMGET', KEYS[1], 's', 'r', 'a', 't')
 if held[1] ~= ARGV[1] then
   if held[2] == ARGV[1] then return 3 end
   if ARGV[3] == '1' then pcall(count_gone, KEYS[4], KEYS[1], ARGV[1]) end
   return 0
 end
 local t = redis.call('TIME')
-record_release(held[3], tonumber(t[1]) * 1000000 + tonumber(t[2]))
+record_release(held[3] or held[4], tonumber(t[1]) * 1000000 + tonumber(t[2]))
 redis.call('HSET', KEYS[1], 'r', ARGV[1])
 if redis.call('EXISTS', KEYS[2]) == 0 then  -- nobody waits: tombstone() inline
   redis.call('HDEL', KEYS[1], 's', 'o', 'l', 'a')
@@ -242,7 +248,7 @@ if ARGV[2] ~= '' then
 end
 local how = free(KEYS[1], KEYS[2], KEYS[3], now_us(), ARGV[1])
 redis.call('HSET', KEYS[1], 'f', held[1])  -- its holder learns it from an operator, not a loss
-return {held[2], held[3], held[4], held[5], how}
+return {held[2], held[3], held[4], held[5] or held[2], how}
 """
 )
 
@@ -314,6 +320,7 @@ for i, key in ipairs(KEYS) do
   if fields.err then fields = {false, false, false, false, false} end
   local at = (i - 1) * 6
   for j = 1, 5 do out[at + j] = fields[j] end
+  if fields[1] and not fields[5] then out[at + 5] = fields[2] end  -- began at its token
   out[at + 6] = redis.call('PTTL', key)
 end
 return cjson.encode(out)

@@ -59,7 +59,8 @@ if ARGV[9] == '1' then
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local started = tonumber(redis.call('HGET', lock, 'a') or '')
+local since = redis.call('HMGET', lock, 'a', 't')  -- no a: a lock's hold began at its token
+local started = tonumber(since[1] or since[2] or '')
 local elapsed = started and math.floor(math.max(now - started, 0) / 1000) or -1
 local watch = tonumber(ARGV[5])
 if watch > 0 then
@@ -93,13 +94,13 @@ QUORUM_RELEASE = (
     _WAKE_WATCHERS
     + STATS_LUA
     + """
-local held = redis.call('HMGET', KEYS[1], 's', 'r', 'a')
+local held = redis.call('HMGET', KEYS[1], 's', 'r', 'a', 't')
 if held[1] ~= ARGV[1] then
   if held[2] == ARGV[1] then return 3 end
   return 0
 end
 local t = redis.call('TIME')
-record_release(held[3], tonumber(t[1]) * 1000000 + tonumber(t[2]))
+record_release(held[3] or held[4], tonumber(t[1]) * 1000000 + tonumber(t[2]))
 redis.call('HSET', KEYS[1], 'r', ARGV[1])
 redis.call('HDEL', KEYS[1], 's', 'o', 'l', 'a')
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -140,6 +141,6 @@ redis.call('HDEL', KEYS[1], 's', 'o', 'l', 'a')
 redis.call('HSET', KEYS[1], 'f', held[1])  -- as FORCE_RELEASE: its holder's loss is forced
 redis.call('PEXPIRE', KEYS[1], ARGV[1])
 wake(KEYS[3])
-return {held[2], held[3], held[4], held[5], 1}
+return {held[2], held[3], held[4], held[5] or held[2], 1}
 """
 )

@@ -37,6 +37,32 @@ def test_list_shows_held_locks_with_their_metadata() -> None:
     assert first.acquired_at.tzinfo == datetime.timezone.utc
 
 
+def test_the_start_time_is_stored_once_unless_the_token_ran_ahead_of_the_clock(
+    redis_client: redis.Redis,
+) -> None:
+    """A grant whose token is the server's clock stores no ``a``: the token is its start time,
+    which the listing, a busy answer and the statistics read from ``t`` then."""
+    before = datetime.datetime.now(datetime.timezone.utc)
+    (plain,) = _hold("clocked")
+    assert redis_client.hget(keys("clocked").lock, "a") is None
+    info = get_lock_manager().get("clocked")
+    assert info is not None and info.fencing_token == plain.fencing_token
+    assert abs((info.acquired_at - before).total_seconds()) < 5
+    other = lock("clocked")
+    assert not other.acquire(blocking=False)
+    assert other.busy_held is not None and 0 <= other.busy_held < 5
+    plain.release()
+    # A tombstone's token from the far future (someone else's clock): the next token follows
+    # it, so the start time is stored apart, and shown instead of the token.
+    ahead = 5_000_000_000_000_000  # microseconds: in the year 2128
+    redis_client.hset(keys("clocked").lock, "t", str(ahead))
+    (bumped,) = _hold("clocked")
+    assert bumped.fencing_token == ahead + 1
+    assert redis_client.hget(keys("clocked").lock, "a") is not None
+    info = get_lock_manager().get("clocked")
+    assert info is not None and abs((info.acquired_at - before).total_seconds()) < 5
+
+
 def test_list_matches_globs_on_names_only() -> None:
     _hold("a:1", "a:2", "b:1", "a*literal", "[x]")
     manager = get_lock_manager()
