@@ -5,8 +5,9 @@ Every lock has four keys sharing one Redis Cluster hash tag (see ``backends.base
 ``lock``     a hash. While held: ``s`` secret of the holder's acquisition, ``t`` fencing token,
              ``o`` owner, ``l`` label, ``a`` acquired-at (server clock, microseconds; left out
              when it equals the token, as it does unless tokens ran ahead of the clock: the
-             reads take ``t`` then, 16 bytes less per held lock); its PTTL is the lease. Once released only ``t`` stays, as a short-lived tombstone that
-             keeps the fencing token increasing, with ``r``, the secret of the last hold its
+             reads take ``t`` then, 16 bytes less per held lock); its PTTL is the lease.
+             Once released only ``t`` stays, as a short-lived tombstone that keeps the
+             fencing token increasing, with ``r``, the secret of the last hold its
              holder released (so that a retried release is recognised), and ``f``, the secret
              of the last hold an operator released (so that its holder's release or renewal,
              which finds it gone, is not counted as a lost hold).

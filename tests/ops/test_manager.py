@@ -46,11 +46,13 @@ def test_the_start_time_is_stored_once_unless_the_token_ran_ahead_of_the_clock(
     (plain,) = _hold("clocked")
     assert redis_client.hget(keys("clocked").lock, "a") is None
     info = get_lock_manager().get("clocked")
-    assert info is not None and info.fencing_token == plain.fencing_token
+    assert info is not None
+    assert info.fencing_token == plain.fencing_token
     assert abs((info.acquired_at - before).total_seconds()) < 5
     other = lock("clocked")
     assert not other.acquire(blocking=False)
-    assert other.busy_held is not None and 0 <= other.busy_held < 5
+    assert other.busy_held is not None
+    assert 0 <= other.busy_held < 5
     plain.release()
     # A tombstone's token from the far future (someone else's clock): the next token follows
     # it, so the start time is stored apart, and shown instead of the token.
@@ -60,7 +62,8 @@ def test_the_start_time_is_stored_once_unless_the_token_ran_ahead_of_the_clock(
     assert bumped.fencing_token == ahead + 1
     assert redis_client.hget(keys("clocked").lock, "a") is not None
     info = get_lock_manager().get("clocked")
-    assert info is not None and abs((info.acquired_at - before).total_seconds()) < 5
+    assert info is not None
+    assert abs((info.acquired_at - before).total_seconds()) < 5
 
 
 def test_list_matches_globs_on_names_only() -> None:
