@@ -183,7 +183,7 @@ class LockFlows:
             lease_ms = handover_lease_ms if confirm else self._timeout_ms
             self._hold = Hold(
                 self.name,
-                weakref.WeakMethod(self._lost_by_watchdog),
+                weakref.ref(self),
                 self._backend,
                 self._keys,
                 secret,

@@ -28,15 +28,12 @@ import logging
 import threading
 import time
 import weakref
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from django_redis_lock import metrics, signals
 from django_redis_lock.backends import errors
 from django_redis_lock.backends.base import Backend, LockKeys
 from django_redis_lock.conf import lock_settings
-
-if TYPE_CHECKING:
-    from collections.abc import Callable
 
 logger = logging.getLogger("django_redis_lock")
 
@@ -52,6 +49,15 @@ LEAVE_GIVE_UP_SECONDS = 600.0
 _MAX_LEAVES = 10_000
 
 
+class HoldOwner(Protocol):
+    """What the watchdog asks of the Lock whose hold it renews."""
+
+    fencing_token: int | None
+
+    def _lost_by_watchdog(self, secret: str, cause: str) -> None:
+        """The hold of ``secret`` was found gone, or could not be renewed in time."""
+
+
 class Hold:
     """One acquisition under the watchdog's care."""
 
@@ -61,8 +67,8 @@ class Hold:
         "first",
         "keys",
         "lease_end",
-        "lose",
         "name",
+        "owner",
         "repeat",
         "secret",
         "ttl_ms",
@@ -72,7 +78,7 @@ class Hold:
     def __init__(
         self,
         name: str,
-        lose: weakref.WeakMethod[Callable[[str, str], None]],
+        owner: weakref.ref[HoldOwner],
         backend: Backend,
         keys: LockKeys,
         secret: str,
@@ -82,9 +88,10 @@ class Hold:
         repeat: bool,
     ) -> None:
         self.name = name
-        # The Lock's way to record a loss; dead once the Lock object is dropped unreleased,
-        # which stops its renewals (the lease then runs out on its own).
-        self.lose = lose
+        # The Lock, weakly: dead once the Lock object is dropped unreleased, which stops its
+        # renewals (the lease then runs out on its own). A bare weak reference: a WeakMethod
+        # costs several objects more on the path of every acquire.
+        self.owner = owner
         self.backend = backend
         self.keys = keys
         self.secret = secret
@@ -250,7 +257,7 @@ class Watchdog:
                 self._thread = None
 
     def _renew(self, hold: Hold) -> None:
-        if hold.lose() is None:  # the Lock object is gone: let its lease run out
+        if hold.owner() is None:  # the Lock object is gone: let its lease run out
             self.remove(hold)
             return
         sent = time.monotonic()
@@ -286,9 +293,8 @@ class Watchdog:
         logger.warning(
             "Could not renew lock %r (%s); retrying before its lease ends.", hold.name, exc
         )
-        lose = hold.lose() if hold.watched else None  # released meanwhile: nothing to say
-        if lose is not None:  # alerting can fire before the lease runs out
-            held = getattr(lose, "__self__")  # noqa: B009  (a bound method's Lock)
+        held = hold.owner() if hold.watched else None  # released meanwhile: nothing to say
+        if held is not None:  # alerting can fire before the lease runs out
             signals.send(
                 signals.lock_renewal_failed,
                 held,
@@ -333,6 +339,6 @@ class Watchdog:
             if not hold.watched:  # released meanwhile: not a loss
                 return
             hold.watched = False
-        lose = hold.lose()  # called outside the lock: it sends lock_lost
-        if lose is not None:
-            lose(hold.secret, cause)
+        owner = hold.owner()  # called outside the lock: it sends lock_lost
+        if owner is not None:
+            owner._lost_by_watchdog(hold.secret, cause)
