@@ -986,74 +986,79 @@ NOTES = """Where the microseconds go (issue 28)
 -----------------------------------------
 
 Measured on this machine while preparing the run above, with the tools named. Figures moved
-by tens of percent between hours (a PING took from 60 to 120 µs); the ratios in the tables,
+by tens of percent between hours (a PING took from 40 to 120 µs); the ratios in the tables,
 taken in one interleaved run, are what compares.
 
 *Uncontended: the profile.* Every library here spends most of a cycle in the same place:
 
 - The client's system calls. ``time.thread_time`` around the cycles: a raw-floor cycle costs
-  the client 175 to 195 µs of CPU, two PINGs 145 to 155 µs: on this virtual machine a
-  ``sendall`` and a ``recv`` cost more than everything else. py-spy (on-CPU samples of a
-  cycle loop): redis-py's command path is three quarters of the client's time for every
-  library, ``sendall`` 16 %, ``recv`` 14 %, the pool's look for unread data before it hands a
-  connection out (a ``poll`` call) 12 %, its fork check 6 %; django_redis_lock's own code is
-  the remaining quarter.
+  the client 175 to 195 µs of CPU when two PINGs cost 145 to 155 µs: on this virtual machine
+  a ``sendall`` and a ``recv`` cost more than everything else. py-spy (on-CPU samples of a
+  cycle loop): redis-py's command path is three quarters of the client's time, for every
+  library: ``sendall`` 16 %, ``recv`` 14 %, the pool's look for unread data before it hands
+  a connection out (a ``poll``) 12 %, its fork check 6 %; django_redis_lock's own code is the
+  remaining quarter.
 - In Redis (``INFO commandstats`` around single calls): the raw floor's ``SET`` and
   compare-and-delete script take about 12 µs per cycle; the "metadata floor" (the same plus
   what DESIGN.md has every lock store: secret, fencing token from the server's clock, owner,
-  label, start time) about 29 µs; django_redis_lock's two scripts about 45 to 55 µs: the
-  acquire script 17 to 22 µs, the release 23 µs and 10 more to record the hold in the
-  statistics. A script call costs about 2.5 µs before it does anything, its keys and
-  arguments about 3 µs more, each ``redis.call`` about 1 µs. The row "our scripts, bare" is
-  those two scripts sent with exactly what a Lock sends and no Lock around them: the cost of
-  what django_redis_lock stores, on this machine, through redis-py.
-- In the client, above the scripts (client CPU, ``time.thread_time``): redis-py's ``Lock``
-  adds 20 to 27 µs to the raw floor (its object, a UUID, its ``Script`` object); a
-  django_redis_lock cycle adds 30 to 40 µs to the bare scripts. cProfile, the two compared
-  call by call (inflated by the profiler, in proportion): the acquire flow and its attempt,
-  the hold's record for the watchdog, the ``Lock`` constructor, the release flow and the
-  driver, 6 to 8 µs each, then a long tail under 3 µs. In a tight loop with Redis stubbed out
-  the same code takes 17 µs; between real round trips, with the CPU's caches cold, about
-  twice that.
-- hiredis packs and parses in C; our commands carry more arguments (four keys and eight
-  arguments for an acquire) than a ``SET``, so it gains more for us: see the two columns of
-  the table. ``pip install django-redis-lock[hiredis]`` installs it.
+  label, start time) about 29 µs; django_redis_lock's two scripts 45 to 55 µs: the acquire
+  script 17 to 22 µs, the release 23 µs and about 10 more to record the hold in the
+  statistics. A script call costs about 2.5 µs before it does anything, four keys and five
+  arguments about 3 µs more, each ``redis.call`` about 1 µs.
+- "our scripts, bare" is those two scripts sent with exactly what a Lock sends and no Lock
+  around them: what storing what django_redis_lock stores costs, through redis-py. It costs
+  what redis-py's ``Lock`` costs, within a few percent: Redis's extra work for the metadata
+  against redis-py's extra work in Python (its object, a UUID, its ``Script`` object: 20 to
+  27 µs of client CPU over the raw floor).
+- Above the bare scripts, a django_redis_lock cycle adds 25 to 35 µs: in interleaved A/B runs
+  against variants of itself, the ``Lock`` constructor 3 to 5 %, the watchdog's record of the
+  hold (auto-renewal) 2 to 4 %, the acquire and release flows, their driver and the rest of
+  the bookkeeping (fencing token, signals, metrics hooks, debug log) the remainder. A variant
+  that sends the two scripts from a ``Lock`` object with nothing else (no renewal, no flows,
+  no state: not a usable lock) measured 1.05x to 1.13x redis-py's ``Lock``; a blocking first
+  attempt made without the flow's machinery (the driver, the generators, the step objects)
+  measured the same as the flow, within the noise, and was not kept. cProfile, the cycle and
+  the bare scripts compared call by call (inflated by the profiler, in proportion): the
+  acquire flow and its attempt, the hold's record, the constructor, the release flow and the
+  driver, 6 to 8 µs each, then a long tail under 3 µs; in a tight loop with Redis stubbed out
+  the same code takes 17 µs (redis-py's ``Lock``: 18 µs), and about twice that between real
+  round trips, with the CPU's caches cold.
+- hiredis packs and parses in C: see the two columns of the table (``pip install
+  django-redis-lock[hiredis]`` installs it).
 
 *Fixed in this round:* a Lock's hold was kept by the watchdog until its next look (up to a
 second) even when released at once, so each cycle left eight objects for the garbage
 collector to carry into older generations, whose collections over a Django process's heap are
-long: released holds now leave the watchdog at once (what remains per cycle: as much as the
-raw floor leaves, two). The four keys of a lock are encoded once, not at every call; the
-default cache's backend and each thread's owner text are looked up once; the statistics'
-lifetime is renewed once an hour instead of at every release (one command less in Redis);
-a hand-over no longer reads the queue again after publishing the grant (the grant leaves
-Redis only when the script ends) unless the new lease is shorter than the next waiter's look.
+long: released holds now leave the watchdog at once (a cycle now leaves what the raw floor
+leaves); the hold refers to its Lock with a plain weak reference, not a ``WeakMethod``. The
+four keys of a lock are encoded once, not at every call; the default cache's backend and each
+thread's owner text are looked up once; the statistics' lifetime is renewed once an hour, not
+at every release (one command less in Redis); a hand-over no longer reads the queue again
+after publishing the grant (the grant leaves Redis only when the script ends) unless the new
+lease is shorter than the next waiter's look; a held lock stores its start time only when it
+differs from its fencing token (16 bytes less).
 
-*What stops the targets missed above, and what would move them.*
+*Hand-over: the hops.* Timestamps in the four contending processes (a run with the
+listener's dispatch and the waiting thread's wake-up marked): from the holder calling
+``release()`` to the waiting process's listener thread having the grant, 158 to 163 µs (the
+holder's release call, the script that hands over, the delivery, the listener's wake-up: about
+the wake-up floor); then the listener thread waking the waiting thread, 24 to 32 µs; then the
+acquire returning (the new hold's record, the flow's end), 17 to 20 µs. The spin loop has
+neither of the last two: its waiters do not sleep, they burn the other core asking again (see
+its commands per acquisition), and whoever asks first after a release wins, which is why its
+worst wait is many times its median. Letting the waiting thread read its process's channel
+itself when it is the only waiter would save the thread hop; it is not done in this round:
+the listener thread also reconnects, health-checks, follows a Sentinel failover and serves
+async waiters, and a second reader of its connection would have to share all of that.
 
-- Uncontended, against redis-py's Lock: the bare scripts cost about what redis-py's ``Lock``
-  costs (Redis's extra work for the metadata against redis-py's extra work in Python), and
-  django_redis_lock's own Python, 30 to 40 µs a cycle, comes on top. Closing that would take a
-  blocking fast path that skips the flow machinery (generators, the step objects, the driver)
-  for a free lock, written apart from the flows every operation shares with async code and
-  the quorum, or sending the scripts on the pool's connections without the client's
-  ``execute_command`` (0.98x to 1.01x of the raw floor in an earlier A/B run), which would skip
-  the retry policy, reconnection and observability hooks the project configures for its
-  cache. Neither is done: a lock that behaves apart from its cache on a failover, or two
-  copies of the acquire logic, cost more than those microseconds.
-- Hand-over, against the raw spin loop and the wake-up floor: a hand-over goes through Redis
-  and reaches a process idle in a read (the wake-up floor), after the release script that
-  hands over (tens of µs in Redis), and then wakes the waiting thread from the listener
-  thread. The spin loop's waiters do not sleep: they burn the other core, asking again and
-  again (see its commands per acquisition), and the one that asks first after a release wins,
-  which is why its worst wait is many times its median. Letting the waiting thread read its
-  process's channel itself when it is the only waiter would save the thread wake-up (about 35
-  µs here); it is not done in this round.
-- Quorum of three: each step is sent to every primary before any reply is read, so a step
-  waits about one round trip of the slowest; what does not overlap is the client's own work
-  per primary and step (a ``sendall``, a ``recv``, the parse: about 15 µs each here, against a
-  round trip of 60 to 120 µs on loopback), and three servers and the client share two cores.
-  Across machines, where a round trip costs hundreds of microseconds, the ratio falls toward 1.
+*Quorum: the floor.* The row "raw fan-out floor" (bench/quorum.py) sends ``SET NX PX`` to
+every primary before reading any reply, then the compare-and-delete script the same way, on
+a bare connection per primary: the least any quorum lock sends. What it pays for each
+primary beyond the first does not overlap here: the client's ``sendall``, ``recv`` and parse
+per primary and step, and three servers and the client on two cores. Our single-primary
+cycle plus that cost is the "at best" ratio in the targets: above 1.3x on this machine.
+Across machines, where a round trip costs hundreds of microseconds and every primary has a
+core, the ratio falls toward 1.
 
 Reading the numbers
 -------------------
