@@ -39,6 +39,10 @@ def find_redis_cli(server_binary: str) -> str:
     return on_path
 
 
+# Tries at starting the nodes on free ports (see ClusterTopology._start_nodes).
+NODE_START_ATTEMPTS = 3
+
+
 def cluster_ports(count: int, taken: set[int] | None = None) -> list[int]:
     """``count`` loopback ports that were free a moment ago, each with its bus port free too."""
     taken = set(taken or ())
@@ -121,11 +125,7 @@ class ClusterTopology:
         """Start the nodes and join them; return once every node sees every slot served and
         every replica is in sync."""
         try:
-            count = self.primary_count * (1 + self.replica_count)
-            for port in cluster_ports(count):
-                server = RedisServer(binary=self.binary, port=port, extra_args=self._options())
-                self.servers.append(server)  # first: stop() finds one that failed half-way
-                server.start()
+            self._start_nodes()
             addresses = [f"{server.host}:{server.port}" for server in self.servers]
             create = [self.cli, "--cluster", "create", *addresses]
             create += ["--cluster-replicas", str(self.replica_count), "--cluster-yes"]
@@ -139,6 +139,22 @@ class ClusterTopology:
             self.stop()
             raise
         return self
+
+    def _start_nodes(self) -> None:
+        """Start every node on ports free a moment ago; again on other ports, a few times,
+        when another process took one of them (or its bus port) meanwhile."""
+        count = self.primary_count * (1 + self.replica_count)
+        for attempt in range(1, NODE_START_ATTEMPTS + 1):
+            try:
+                for port in cluster_ports(count):
+                    server = RedisServer(binary=self.binary, port=port, extra_args=self._options())
+                    self.servers.append(server)  # first: stop() finds one that failed half-way
+                    server.start()
+                return
+            except RuntimeError as exc:
+                self.stop()
+                if "Address already in use" not in str(exc) or attempt == NODE_START_ATTEMPTS:
+                    raise
 
     def stop(self) -> None:
         """Stop every node this cluster started, whatever its state."""

@@ -78,15 +78,22 @@ def counted_caches(url: str) -> Iterator[None]:
         yield
 
 
+def eviction_looked() -> None:
+    """Return once the looks for eviction under way have ended: a first lock call on an alias
+    looks at its servers from a thread of its own, on connections of the cache's pool, which
+    then show among the server's clients."""
+    for thread in threading.enumerate():
+        if thread.name == "django_redis_lock-eviction":
+            thread.join(5)
+
+
 @contextlib.contextmanager
 def round_trips() -> Iterator[list[int]]:
     """Counts the round trips of CountingConnection inside the block into ``result[0]``.
 
     A first lock call on an alias looks at its servers for eviction from a thread of its own
     (an INFO): that look ends first, so that it is not counted in the block."""
-    for thread in threading.enumerate():
-        if thread.name == "django_redis_lock-eviction":
-            thread.join(5)
+    eviction_looked()
     result = [0]
     before = CountingConnection.sent
     yield result

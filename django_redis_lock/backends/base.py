@@ -80,6 +80,10 @@ class LuaScript:
             return await client.execute_command("EVAL", self.source, *command[2:])
 
 
+def _utf8(key: str | bytes) -> bytes:
+    return key if isinstance(key, bytes) else key.encode()
+
+
 class EncodedKeys:
     """The keys of lock scripts as the client sends them, encoded once per key tuple: the
     client's encoder passes bytes through, and encoding a lock's four long keys on every call
@@ -91,7 +95,7 @@ class EncodedKeys:
 
     def __init__(self, client: Client) -> None:
         encoder = getattr(client, "get_encoder", None)
-        self._encode: Any = encoder().encode if encoder is not None else str.encode
+        self._encode: Any = encoder().encode if encoder is not None else _utf8
         self._known: dict[tuple[str | bytes, ...], tuple[bytes, ...]] = {}
 
     def __call__(self, keys: Sequence[str | bytes]) -> Sequence[str | bytes]:

@@ -54,8 +54,10 @@ class Runtime:
         self._listeners: dict[Backend, Listener | CompositeListener] = {}
         # The backends whose servers were looked at for eviction (see for_locks).
         self._looked: set[Backend] = set()
-        # for_locks() of the REDIS_LOCK CACHE, once looked at: the call of every lock().
+        # for_locks() of the REDIS_LOCK CACHE, once looked at: the call of every lock(). A
+        # reset() counts, so that a backend found before one is not kept after it.
         self._default: Backend | None = None
+        self._resets = 0
         # The owner texts of this process's threads, by thread name.
         self._owners: dict[str, str] = {}
         self._mutex = threading.Lock()
@@ -75,6 +77,7 @@ class Runtime:
         at its first lock of the process (production servers never run ``manage.py check``)."""
         if alias is None and self._default is not None:
             return self._default
+        resets = self._resets
         backend = self.backend(alias)
         if backend not in self._looked:
             with self._mutex:
@@ -83,7 +86,9 @@ class Runtime:
             if first:
                 _look_for_eviction(backend)
         if alias is None:
-            self._default = backend
+            with self._mutex:
+                if self._resets == resets:  # no reset meanwhile: still the setting's backend
+                    self._default = backend
         return backend
 
     def _quorum(self, aliases: tuple[str, ...]) -> Backend:
@@ -154,6 +159,7 @@ class Runtime:
             self._quorums.clear()
             self._looked.clear()
             self._default = None
+            self._resets += 1
             self.recent_stats = RecentStats()
 
 

@@ -208,8 +208,11 @@ class Watchdog:
 
     def _take_incoming(self) -> None:
         """Move holds added without the lock into the heap (called with the lock held)."""
-        while self._incoming:
-            hold = self._incoming.popitem()[1]
+        while True:
+            try:
+                hold = self._incoming.popitem()[1]
+            except KeyError:  # empty; remove() takes holds out too, from other threads
+                break
             if hold.watched:
                 heapq.heappush(self._due, (hold.due, next(self._order), hold))
         if len(self._due) > self._compact_at:  # mostly released holds, as a rule

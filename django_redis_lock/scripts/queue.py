@@ -86,6 +86,8 @@ local function hand_over(lock, queue, waiters, now)
              string.format('%d', now))
   -- The next waiter was never first, so it looks again within NEXT_WAITER_SLICE_MS anyway:
   -- only a shorter lease needs telling. The grant reaches its waiter when this script ends.
+  -- (A server clock that stepped back can reorder the queue: a waiter may then look again
+  -- later than the lease ends, as long as its own wait; it misses no grant.)
   if lease < NEXT_WAITER_SLICE_MS then nudge_first(queue, waiters, now_ms, lease) end
   return true
 end

@@ -217,3 +217,28 @@ def test_django_valkey_is_not_imported_unless_a_cache_uses_it(redis_url: str) ->
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_a_settings_change_while_a_lock_finds_its_backend_is_not_undone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The REDIS_LOCK CACHE's backend is remembered for every lock() after; one found before a
+    change of the settings (another thread's override_settings, say) is not remembered after
+    it, or every lock would go on using the old server."""
+    found = runtime()
+    real = found.backend
+    old: list[object] = []
+
+    def backend_then_reset(alias: Any = None) -> Any:
+        made = real(alias)
+        old.append(made)
+        found.reset()  # the settings change between the lookup and the remembering
+        return made
+
+    monkeypatch.setattr(found, "backend", backend_then_reset)
+    found.reset()
+    assert found.for_locks() is old[0]
+    monkeypatch.undo()
+    fresh = found.for_locks()
+    assert fresh is not old[0]
+    assert found.for_locks() is fresh  # remembered now: no reset came between

@@ -31,6 +31,7 @@ from testproject.topology import SentinelTopology
 from tests.helpers import (
     CALL_SECONDS,
     SyncDriver,
+    eviction_looked,
     fork_child,
     received,
     start,
@@ -811,6 +812,7 @@ def test_each_thread_and_each_forked_child_talks_on_connections_of_its_own(
     made = lock("made-before-fork")  # made in the parent, used in both processes
     assert made.acquire()
     made.release()
+    eviction_looked()  # its connections, made meanwhile, would count among the clients
     before = len(quorum[0].client_list())
     seen: list[int] = []
 

@@ -300,3 +300,28 @@ def test_a_release_redis_could_not_answer_is_finished_once_redis_is_back(
         assert not held.lost
         assert anyone.acquire(blocking=False)
         anyone.release()
+
+
+def test_a_release_racing_the_threads_intake_does_not_end_the_thread() -> None:
+    """A release takes its hold out of the thread's intake without the thread's lock: between
+    the thread seeing a hold there and taking it, the hold may be gone."""
+    from django_redis_lock.runtime import runtime
+
+    class Raced(dict):  # type: ignore[type-arg]
+        """Looks like it still holds the hold a release has just taken out."""
+
+        def __len__(self) -> int:
+            return 1
+
+    watchdog = runtime().watchdog
+    intake, watchdog._incoming = watchdog._incoming, Raced()
+    try:
+        with watchdog._cond:
+            watchdog._take_incoming()  # raised KeyError (the thread's end) before
+        assert dict.__len__(watchdog._incoming) == 0
+    finally:
+        watchdog._incoming = intake
+    held = lock("after-the-race", timeout=30)
+    assert held.acquire()
+    assert held.owned()
+    held.release()
