@@ -3,9 +3,10 @@
 Every lock has four keys sharing one Redis Cluster hash tag (see ``backends.base.LockKeys``):
 
 ``lock``     a hash. While held: ``s`` secret of the holder's acquisition, ``t`` fencing token,
-             ``o`` owner, ``l`` label, ``a`` acquired-at (server clock, microseconds; left out
-             when it equals the token, as it does unless tokens ran ahead of the clock: the
-             reads take ``t`` then, 16 bytes less per held lock); its PTTL is the lease.
+             ``o`` owner, ``l`` label, ``a`` acquired-at (server clock, microseconds; a grant of
+             a free lock leaves it out when it equals the token, as it does unless tokens ran
+             ahead of the clock: the reads take ``t`` then, 16 bytes less per held lock); its
+             PTTL is the lease.
              Once released only ``t`` stays, as a short-lived tombstone that keeps the
              fencing token increasing, with ``r``, the secret of the last hold its
              holder released (so that a retried release is recognised), and ``f``, the secret

@@ -148,13 +148,11 @@ if not holder and (held[2] or redis.call('EXISTS', queue) == 0) then
   local last = tonumber(held[2] or '') or 0  -- as in grant(): any text, or absurdly large
   if last >= 9e15 then last = 0 end
   local token = math.max(last + 1, now)
-  if token == now then  -- the start time is the token: stored once (the reads fall back to t)
-    redis.call('HSET', lock, 's', secret, 't', string.format('%d', token), 'o', ARGV[3],
-               'l', ARGV[4])
-  else
-    redis.call('HSET', lock, 's', secret, 't', string.format('%d', token), 'o', ARGV[3],
-               'l', ARGV[4], 'a', string.format('%d', now))
-  end
+  redis.call('HSET', lock, 's', secret, 't', string.format('%d', token), 'o', ARGV[3],
+             'l', ARGV[4])
+  -- The start time is the token unless tokens ran ahead of the clock: only then stored apart
+  -- (the reads fall back to t; a free lock's hash has no a left from an earlier hold).
+  if token ~= now then redis.call('HSET', lock, 'a', string.format('%d', now)) end
   redis.call('PEXPIRE', lock, ttl)
   return token
 end
