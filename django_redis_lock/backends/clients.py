@@ -1,7 +1,8 @@
 """How the cache's client is found, and its asyncio twin made: for redis-py and valkey-py.
 
 The lock uses the cache's own raw client (so it shares the project's connection settings and
-pools) and builds an asyncio client with the same options, refusing with a clear error any
+pools; its blocking scripts go on connections made like the pool's, see ``lane.py``) and builds
+an asyncio client with the same options, refusing with a clear error any
 option asyncio cannot carry rather than dropping it. valkey-py is a fork of redis-py: its
 classes have the same names in its own packages, so each client is handled by the library it
 comes from (:func:`library_of`).

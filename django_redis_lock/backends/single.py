@@ -41,6 +41,7 @@ from django_redis_lock.backends.clients import (
     hang_up,
     is_sentinel_pool,
 )
+from django_redis_lock.backends.lane import lane_for
 from django_redis_lock.conf import lock_settings
 from django_redis_lock.exceptions import LockNotReplicated
 from django_redis_lock.scripts import ScriptName
@@ -76,6 +77,9 @@ class LockBackend:
         self.shared_keys_for = lru_cache(maxsize=4096)(self._shared_keys_for)
         self._frame = self._key_frame()
         self._encoded = EncodedKeys(client)
+        # The scripts go through a lane of connections beside the pool where it may have one.
+        self._lane = lane_for(client)
+        self._caller: Client = self._lane or client
 
     def make_key(self, body: str) -> str:
         """``body`` through the cache's key function (KEY_PREFIX, VERSION, KEY_FUNCTION)."""
@@ -160,14 +164,16 @@ class LockBackend:
         """Run one of the lock's scripts on the sync client; its reply."""
         keys = self._encoded(keys)
         try:
-            return self._scripts[script].run(self.client, keys, args)
+            return self._scripts[script].run(self._caller, keys, args)
         except errors.CONNECTION + errors.RESPONSE as exc:
             if not demoted(exc):
                 raise
         # The server is a replica now (it wrote nothing): once more, on the current primary.
         self.client.connection_pool.disconnect(inuse_connections=False)
+        if self._lane is not None:
+            self._lane.close()
         self.primary_address()
-        return self._scripts[script].run(self.client, keys, args)
+        return self._scripts[script].run(self._caller, keys, args)
 
     async def arun(
         self, script: ScriptName, keys: Sequence[str | bytes], args: Sequence[Any]
@@ -336,6 +342,8 @@ class LockBackend:
         settings changed), and the others close with their loops."""
         with self._async_mutex:
             self._drop_closed()
+        if self._lane is not None:
+            self._lane.close()
 
     def note_primary(self, address: tuple[str, int]) -> None:
         """The primary is at ``address`` now: hang up the async clients connected to another
