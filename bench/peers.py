@@ -278,7 +278,8 @@ def reads(url: str) -> int:
 
 
 def ping_seconds(url: str, count: int = 2000) -> float:
-    """Median round trip of a PING from Python: the unit gaps are counted in."""
+    """Median round trip of a PING from Python, timed apart (the peers' run times its PINGs in
+    the uncontended rounds: see uncontended_all)."""
     client = _client(url)
     times = []
     for _ in range(count):
@@ -309,6 +310,7 @@ def uncontended_all(libraries: list[Library], url: str, cycles: int) -> dict[str
             handle.release()
     times: dict[str, list[float]] = {name: [] for name in factories}
     trips: dict[str, list[float]] = {name: [] for name in factories}
+    client, pings = _client(url), []
     for _ in range(max(1, cycles // ROUND_CYCLES)):
         for name, make in factories.items():
             before = reads(url)
@@ -319,10 +321,20 @@ def uncontended_all(libraries: list[Library], url: str, cycles: int) -> dict[str
                 handle.release()
                 times[name].append(time.perf_counter() - started)
             trips[name].append((reads(url) - before - 1) / ROUND_CYCLES)  # less the INFO
-    return {
+        for _ in range(ROUND_CYCLES):  # the round trip, in the same rounds
+            started = time.perf_counter()
+            client.ping()
+            pings.append(time.perf_counter() - started)
+    found = {
         name: Uncontended(statistics.median(times[name]) * 1e6, statistics.median(trips[name]))
         for name in factories
     }
+    found[PING] = Uncontended(statistics.median(pings) * 1e6, 1.0)
+    return found
+
+
+#: uncontended_all's entry for a PING from Python, timed in its rounds: a round trip here.
+PING = "PING"
 
 
 def _contender(library: Library, url: str, cycles: int, barrier: Any, out: Any) -> None:
@@ -564,16 +576,19 @@ def run(options: argparse.Namespace, server: RedisServer) -> Results:
     results = Results()
     for repeat in range(options.repeats):
         order = LIBRARIES[repeat % len(LIBRARIES) :] + LIBRARIES[: repeat % len(LIBRARIES)]
-        results.ping.append(ping_seconds(server.url))
         results.wake_up.append(wake_up_floor(server.url))
         _client(server.url).flushall()
         print(f"repeat {repeat + 1}: uncontended", file=sys.stderr, flush=True)
         uncontended = [library for library in order if library.uncontended]
-        for name, outcome in uncontended_all(uncontended, server.url, options.cycles).items():
+        found = uncontended_all(uncontended, server.url, options.cycles)
+        results.ping.append(found.pop(PING).micros / 1e6)
+        for name, outcome in found.items():
             results.uncontended.setdefault(name, []).append(outcome)
         if hiredis_installed():
             print(f"repeat {repeat + 1}: uncontended, without hiredis", file=sys.stderr)
-            for name, outcome in pure_python(server.url, options.cycles, repeat).items():
+            found = pure_python(server.url, options.cycles, repeat)
+            found.pop(PING, None)
+            for name, outcome in found.items():
                 results.pure.setdefault(name, []).append(outcome)
         for library in order:
             _client(server.url).flushall()
@@ -677,8 +692,8 @@ def tables(results: Results, view: tuple[float, float, float], memory: dict[str,
             slow = _median([u.micros for u in pure[library.name]])
             lines += [f"     - {slow:.0f}", f"     - {slow / pure_rpy:.2f}x"]
     title = (
-        f"Contended: {PROCESSES} processes, one lock (one round trip, a PING from Python, is "
-        f"{rtt * 1e6:.0f} µs here)"
+        f"Contended: {PROCESSES} processes, one lock (one round trip, a PING from Python timed "
+        f"in the uncontended rounds, is {rtt * 1e6:.0f} µs here)"
     )
     contenders = {lib.name: results.contended[lib.name] for lib in LIBRARIES if lib.contended}
     lines += _contended_table(title, contenders, rtt, results.commands)
@@ -772,7 +787,9 @@ def targets(results: Results, scale: Any, quorum: dict[int, float], floor: dict[
         *row("2 round trips per uncontended cycle", f"{trips:.2f}", trips < 2.05),
         *row(
             "handoff gap p50 at most the raw spin loop's",
-            f"{gap(OURS):.0f} µs against {gap('raw spin loop'):.0f} µs",
+            f"{gap(OURS):.0f} µs against {gap('raw spin loop'):.0f} µs; the wake-up floor "
+            f"alone, {wake_up:.0f} µs, is {wake_up / gap('raw spin loop'):.2f}x the spin loop's "
+            "gap (a waiter that does not poll pays it)",
             gap(OURS) <= gap("raw spin loop"),
         ),
         *row(
@@ -995,9 +1012,17 @@ taken in one interleaved run, are what compares.
   the client 175 to 195 µs of CPU when two PINGs cost 145 to 155 µs: on this virtual machine
   a ``sendall`` and a ``recv`` cost more than everything else. py-spy (on-CPU samples of a
   cycle loop): redis-py's command path is three quarters of the client's time, for every
-  library: ``sendall`` 16 %, ``recv`` 14 %, the pool's look for unread data before it hands
-  a connection out (a ``poll``) 12 %, its fork check 6 %; django_redis_lock's own code is the
-  remaining quarter.
+  library that goes through the pool: ``sendall`` 16 %, ``recv`` 14 %, the pool's look for
+  unread data before it hands a connection out (a ``poll``) 12 %, its fork check 6 %.
+- The pool's bookkeeping per command. One ``EVALSHA`` of a trivial script, timed in
+  interleaved rounds: 97 to 99 µs through ``client.execute_command`` (the pool hands a
+  connection out and takes it back: process-id checks, a mutex, the connection's look, redis-py
+  8's events and observability hooks), 78 µs sent and read on a connection kept aside: a fifth
+  of a script call. django_redis_lock now sends its scripts on connections made exactly like
+  the pool's and kept beside it (``backends/lane.py``; what it guards against is on the
+  production page, under Connections), still looking at each connection before use (3 µs):
+  the whole cycle went from 270 µs to 214 µs in an A/B run of the two paths, where redis-py's
+  ``Lock`` took 223 µs.
 - In Redis (``INFO commandstats`` around single calls): the raw floor's ``SET`` and
   compare-and-delete script take about 12 µs per cycle; the "metadata floor" (the same plus
   what DESIGN.md has every lock store: secret, fencing token from the server's clock, owner,
@@ -1005,28 +1030,27 @@ taken in one interleaved run, are what compares.
   script 17 to 22 µs, the release 23 µs and about 10 more to record the hold in the
   statistics. A script call costs about 2.5 µs before it does anything, four keys and five
   arguments about 3 µs more, each ``redis.call`` about 1 µs.
-- "our scripts, bare" is those two scripts sent with exactly what a Lock sends and no Lock
-  around them: what storing what django_redis_lock stores costs, through redis-py. It costs
-  what redis-py's ``Lock`` costs, within a few percent: Redis's extra work for the metadata
-  against redis-py's extra work in Python (its object, a UUID, its ``Script`` object: 20 to
-  27 µs of client CPU over the raw floor).
-- Above the bare scripts, a django_redis_lock cycle adds 25 to 35 µs: in interleaved A/B runs
+- "our scripts, bare" is those two scripts sent with exactly what a Lock sends, through the
+  lock's backend, and no Lock around them: what storing what django_redis_lock stores costs.
+  Redis's extra work for the metadata is about what redis-py's ``Lock`` spends in Python over
+  the raw floor (its object, a UUID, its ``Script`` object: 20 to 27 µs of client CPU); the
+  lane saves more than that.
+- Above the bare scripts, a django_redis_lock cycle adds 15 to 35 µs: in interleaved A/B runs
   against variants of itself, the ``Lock`` constructor 3 to 5 %, the watchdog's record of the
   hold (auto-renewal) 2 to 4 %, the acquire and release flows, their driver and the rest of
-  the bookkeeping (fencing token, signals, metrics hooks, debug log) the remainder. A variant
-  that sends the two scripts from a ``Lock`` object with nothing else (no renewal, no flows,
-  no state: not a usable lock) measured 1.05x to 1.13x redis-py's ``Lock``; a blocking first
-  attempt made without the flow's machinery (the driver, the generators, the step objects)
-  measured the same as the flow, within the noise, and was not kept. cProfile, the cycle and
-  the bare scripts compared call by call (inflated by the profiler, in proportion): the
-  acquire flow and its attempt, the hold's record, the constructor, the release flow and the
-  driver, 6 to 8 µs each, then a long tail under 3 µs; in a tight loop with Redis stubbed out
-  the same code takes 17 µs (redis-py's ``Lock``: 18 µs), and about twice that between real
-  round trips, with the CPU's caches cold.
+  the bookkeeping (fencing token, signals, metrics hooks, debug log) the remainder. A blocking
+  first attempt made without the flow's machinery (the driver, the generators, the step
+  objects) measured the same as the flow, within the noise, and was not kept. cProfile, the
+  cycle and the bare scripts compared call by call (inflated by the profiler, in proportion):
+  the acquire flow and its attempt, the hold's record, the constructor, the release flow and
+  the driver, 6 to 8 µs each, then a long tail under 3 µs; in a tight loop with Redis stubbed
+  out the same code takes 17 µs (redis-py's ``Lock``: 18 µs), and about twice that between
+  real round trips, with the CPU's caches cold.
 - hiredis packs and parses in C: see the two columns of the table (``pip install
   django-redis-lock[hiredis]`` installs it).
 
-*Fixed in this round:* a Lock's hold was kept by the watchdog until its next look (up to a
+*Fixed in this round:* the scripts go on the lane above, not through the pool. A Lock's hold
+was kept by the watchdog until its next look (up to a
 second) even when released at once, so each cycle left eight objects for the garbage
 collector to carry into older generations, whose collections over a Django process's heap are
 long: released holds now leave the watchdog at once (a cycle now leaves what the raw floor
@@ -1046,7 +1070,11 @@ the wake-up floor); then the listener thread waking the waiting thread, 24 to 32
 acquire returning (the new hold's record, the flow's end), 17 to 20 µs. The spin loop has
 neither of the last two: its waiters do not sleep, they burn the other core asking again (see
 its commands per acquisition), and whoever asks first after a release wins, which is why its
-worst wait is many times its median. Letting the waiting thread read its process's channel
+worst wait is many times its median. Nor does it pay the wake-up floor: a waiter that never
+sleeps is never woken, and on this machine that floor alone (a bare ``PUBLISH`` reaching a
+process idle in its read) comes within a few percent of the spin loop's whole gap, or above it:
+no hand-over that does not poll can match the spin loop here. Letting the waiting thread read
+its process's channel
 itself when it is the only waiter would save the thread hop; it is not done in this round:
 the listener thread also reconnects, health-checks, follows a Sentinel failover and serves
 async waiters, and a second reader of its connection would have to share all of that.
@@ -1070,6 +1098,8 @@ Reading the numbers
 - django_redis_lock's row runs with its defaults (fencing tokens, owner, label, statistics,
   auto-renewal) and without a metrics exporter, as the peers export nothing; the "+
   Prometheus" row is the same with prometheus-client's metrics on.
+- A round trip is a ``PING`` from Python, timed in the uncontended rounds (a ``PING`` timed
+  apart, before them, once measured a fifth of what the rounds' commands took).
 - Round trips per cycle come from the server's ``total_reads_processed``; commands per
   acquisition from ``MONITOR`` in a separate, untimed pass (commands a script runs inside
   Redis are not client commands and are not counted).
