@@ -1035,12 +1035,14 @@ taken in one interleaved run, are what compares.
   Redis's extra work for the metadata is about what redis-py's ``Lock`` spends in Python over
   the raw floor (its object, a UUID, its ``Script`` object: 20 to 27 µs of client CPU); the
   lane saves more than that.
-- Above the bare scripts, a django_redis_lock cycle adds 15 to 35 µs: in interleaved A/B runs
-  against variants of itself, the ``Lock`` constructor 3 to 5 %, the watchdog's record of the
-  hold (auto-renewal) 2 to 4 %, the acquire and release flows, their driver and the rest of
-  the bookkeeping (fencing token, signals, metrics hooks, debug log) the remainder. A blocking
-  first attempt made without the flow's machinery (the driver, the generators, the step
-  objects) measured the same as the flow, within the noise, and was not kept. cProfile, the
+- Above the bare scripts, a django_redis_lock cycle adds its own Python: 13 to 35 µs in
+  interleaved A/B runs on this machine (the published run above shows the two rows 1 µs
+  apart, within its noise). In A/B runs against variants of itself, the ``Lock`` constructor
+  3 to 5 %, the watchdog's record of the hold (auto-renewal) 2 to 4 %, the acquire and release
+  flows, their driver and the rest of the bookkeeping (fencing token, signals, metrics hooks,
+  debug log) the remainder. A blocking first attempt made without the flow's machinery (the
+  driver, the generators, the step objects) measured the same as the flow, within the noise,
+  and was not kept. cProfile, the
   cycle and the bare scripts compared call by call (inflated by the profiler, in proportion):
   the acquire flow and its attempt, the hold's record, the constructor, the release flow and
   the driver, 6 to 8 µs each, then a long tail under 3 µs; in a tight loop with Redis stubbed
@@ -1078,6 +1080,13 @@ its process's channel
 itself when it is the only waiter would save the thread hop; it is not done in this round:
 the listener thread also reconnects, health-checks, follows a Sentinel failover and serves
 async waiters, and a second reader of its connection would have to share all of that.
+
+*Worst waits with 16 processes.* The worst wait is one sample in 800 per repeat, and on two
+cores shared by sixteen processes (each with a listener and a watchdog thread) and the server,
+it follows the machine's scheduling more than the lock: in five runs of that benchmark alone,
+alternating the lane and the pool, it was 3.7x to 4.1x the median with either (p99 25 to 27 ms
+against medians of 7.4 to 8.3 ms); inside the full runs, after the other libraries' runs, it
+reached 6.0x and 7.1x in the two runs of this release, 4.9x in the run before the lane.
 
 *Quorum: the floor.* The row "raw fan-out floor" (bench/quorum.py) sends ``SET NX PX`` to
 every primary before reading any reply, then the compare-and-delete script the same way, on
