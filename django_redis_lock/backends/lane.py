@@ -123,15 +123,17 @@ class Lane:
 
 
 def _ready(connection: Any) -> None:
-    """Connect ``connection`` if it is not, and replace a connection that died while idle or
-    holds unread data, as the pool does before it hands one out."""
+    """Hang up a connected ``connection`` that died while idle or holds unread data, as the
+    pool does before it hands one out; sending connects it again. (An unconnected one is left
+    to connect as it sends, once: the look would connect it, and a failed look try again.)"""
+    if getattr(connection, "_sock", None) is None:
+        return
     try:
-        if not connection.can_read():  # connects first when not connected
+        if not connection.can_read():
             return
     except _DEAD:
         pass
     connection.disconnect()
-    connection.connect()
 
 
 def _call(connection: Any, command: tuple[Any, ...]) -> Any:

@@ -168,10 +168,43 @@ def test_closing_hangs_up_the_idle_connections(redis_client: redis.Redis) -> Non
     lane = _lane()
     assert lane is not None
     _cycles("lane-closed", count=1)
-    connected = len(redis_client.client_list())
-    made = lane.made
+    ports = {connection._sock.getsockname()[1] for connection in lane._idle}
+    assert ports
+
+    def connected() -> set[int]:
+        return {int(client["addr"].rsplit(":", 1)[1]) for client in redis_client.client_list()}
+
+    assert ports <= connected()
     lane.close()
     assert lane.made == 0
-    assert len(redis_client.client_list()) == connected - made
+    assert not ports & connected()
     _cycles("lane-closed", count=1)  # and makes a new one when called again
     assert lane.made == 1
+
+
+class _CountedConnects(redis.Connection):
+    """Counts its attempts to connect (every way of connecting goes through this one)."""
+
+    attempts = 0
+
+    def connect_check_health(self, *args: Any, **kwargs: Any) -> None:
+        _CountedConnects.attempts += 1
+        super().connect_check_health(*args, **kwargs)
+
+
+def test_a_server_that_is_down_costs_one_attempt_to_connect(redis_factory: Any) -> None:
+    """A connection the lane makes connects as it sends, once per call: a server that is down
+    (or a connect that times out) fails the call after one attempt, not after a look that
+    connects and a second connect."""
+    server = redis_factory()
+    options = {"connection_class": _CountedConnects, "socket_connect_timeout": 0.5}
+    with builtin_cache_with(server.url, **options) as alias:
+        _cycles("down", alias, count=1)
+        lane = _lane(alias)
+        assert lane is not None
+        lane.close()
+        server.stop()
+        _CountedConnects.attempts = 0
+        with pytest.raises(LockUnavailable):
+            lock("down", using=alias).acquire(blocking=False)
+        assert _CountedConnects.attempts == 1
