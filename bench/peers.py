@@ -337,6 +337,10 @@ def uncontended_all(libraries: list[Library], url: str, cycles: int) -> dict[str
 PING = "PING"
 
 
+# How long a contending process waits for the others at a barrier, at most.
+CHILD_SECONDS = 300
+
+
 def _contender(library: Library, url: str, cycles: int, barrier: Any, out: Any) -> None:
     make = library.make(url, "")
     client = _client(url)
@@ -357,6 +361,9 @@ def _contender(library: Library, url: str, cycles: int, barrier: Any, out: Any) 
         releasing = time.perf_counter()
         handle.release()
         records.append((called, acquired, releasing))
+    # Every process exits once all have measured: an interpreter's exit takes CPU that would
+    # otherwise fall on the last waits of the others.
+    barrier.wait(CHILD_SECONDS)
     out.send(records)
     out.close()
 
@@ -1081,12 +1088,15 @@ itself when it is the only waiter would save the thread hop; it is not done in t
 the listener thread also reconnects, health-checks, follows a Sentinel failover and serves
 async waiters, and a second reader of its connection would have to share all of that.
 
-*Worst waits with 16 processes.* The worst wait is one sample in 800 per repeat, and on two
-cores shared by sixteen processes (each with a listener and a watchdog thread) and the server,
-it follows the machine's scheduling more than the lock: in five runs of that benchmark alone,
-alternating the lane and the pool, it was 3.7x to 4.1x the median with either (p99 25 to 27 ms
-against medians of 7.4 to 8.3 ms); inside the full runs, after the other libraries' runs, it
-reached 6.0x and 7.1x in the two runs of this release, 4.9x in the run before the lane.
+*Worst waits with 16 processes.* The worst wait is one sample in 800 per repeat, on two cores
+shared by sixteen processes (each with a listener and a watchdog thread) and the server. Runs
+of that benchmark alone, alternating the lane and the pool, gave 3.4x to 4.2x the median with
+either (p99 25 to 27 ms against medians of 7.4 to 9.4 ms), and hand-over gaps of a few
+milliseconds at most; the longest waits come at the start, when all sixteen ask at once. Inside
+the full runs of this release the ratio reached 6.0x and 7.1x: the processes that had finished
+exited while others still waited, and an interpreter's exit takes CPU those waits paid for
+(gaps of 5 to 7 ms in the last milliseconds of a run). Every contending process now waits for
+the others before it exits, for every library alike.
 
 *Quorum: the floor.* The row "raw fan-out floor" (bench/quorum.py) sends ``SET NX PX`` to
 every primary before reading any reply, then the compare-and-delete script the same way, on

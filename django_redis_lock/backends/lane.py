@@ -19,8 +19,10 @@ back. What the pool guards against, the lane guards against too:
 It holds at most one connection per thread calling at once, as the pool would, and no more
 than the pool may make (its ``max_connections``; calls beyond go through the pool); they live
 as long as the backend (``close()`` hangs them up). A blocking pool (the project bounds its
-waits on connections), a Sentinel pool (its primary moves), a pool with a client-side cache
-and single-connection clients keep every call in the pool: :func:`lane_for` says which.
+waits on connections), a Sentinel pool (its primary moves), a pool with a client-side cache,
+a credential provider (the pool re-authenticates the connections it knows when a token is
+renewed) and single-connection clients keep every call in the pool: :func:`lane_for` says
+which.
 """
 
 from __future__ import annotations
@@ -58,6 +60,8 @@ def lane_for(client: Client) -> Lane | None:
         return None
     options = getattr(pool, "connection_kwargs", None)
     if not isinstance(options, dict) or getattr(pool, "cache", None) is not None:
+        return None
+    if options.get("credential_provider") is not None:  # the pool re-authenticates its own
         return None
     return Lane(client)
 

@@ -183,13 +183,14 @@ def test_closing_hangs_up_the_idle_connections(redis_client: redis.Redis) -> Non
 
 
 class _CountedConnects(redis.Connection):
-    """Counts its attempts to connect (every way of connecting goes through this one)."""
+    """Counts the sockets it tries to open (every way of connecting, in redis-py 5 to 8, ends
+    in ``_connect``)."""
 
     attempts = 0
 
-    def connect_check_health(self, *args: Any, **kwargs: Any) -> None:
+    def _connect(self) -> Any:
         _CountedConnects.attempts += 1
-        super().connect_check_health(*args, **kwargs)
+        return super()._connect()
 
 
 def test_a_server_that_is_down_costs_one_attempt_to_connect(redis_factory: Any) -> None:
@@ -208,3 +209,12 @@ def test_a_server_that_is_down_costs_one_attempt_to_connect(redis_factory: Any) 
         with pytest.raises(LockUnavailable):
             lock("down", using=alias).acquire(blocking=False)
         assert _CountedConnects.attempts == 1
+
+
+def test_a_credential_provider_keeps_every_call_in_the_pool(redis_factory: Any) -> None:
+    server = redis_factory()
+    # The default user takes any password while it has none (nopass).
+    provider = redis.UsernamePasswordCredentialProvider("default", "any")
+    with builtin_cache_with(server.url, credential_provider=provider) as alias:
+        assert _lane(alias) is None
+        _cycles("provided", alias, count=2)
