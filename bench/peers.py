@@ -1096,7 +1096,11 @@ milliseconds at most; the longest waits come at the start, when all sixteen ask 
 the full runs of this release the ratio reached 6.0x and 7.1x: the processes that had finished
 exited while others still waited, and an interpreter's exit takes CPU those waits paid for
 (gaps of 5 to 7 ms in the last milliseconds of a run). Every contending process now waits for
-the others before it exits, for every library alike.
+the others before it exits, for every library alike; the run above, so measured, still gave
+5.7x: the processes are forked from the benchmark's own, which by then has run every library,
+and the tails of such runs moved between 3.4x and 9x in trials with the parent's heap made
+larger or not, frozen (``gc.freeze``) or not, and children spawned instead of forked, without
+a cause that held from one trial to the next.
 
 *Quorum: the floor.* The row "raw fan-out floor" (bench/quorum.py) sends ``SET NX PX`` to
 every primary before reading any reply, then the compare-and-delete script the same way, on
