@@ -16,13 +16,16 @@ back. What the pool guards against, the lane guards against too:
 - a forked child never uses its parent's connections (the list is emptied in the child);
 - the client's retry policy applies, as it does to the pool's commands.
 
+Behind Sentinel, a connection follows the primary as the pool's do: it asks the sentinels
+where the primary is when it connects, and one connected to another server than the pool
+last learned of (a failover) is hung up before it is used, as the pool hangs up its own.
+
 It holds at most one connection per thread calling at once, as the pool would, and no more
 than the pool may make (its ``max_connections``; calls beyond go through the pool); they live
 as long as the backend (``close()`` hangs them up). A blocking pool (the project bounds its
-waits on connections), a Sentinel pool (its primary moves), a pool with a client-side cache,
-a credential provider (the pool re-authenticates the connections it knows when a token is
-renewed) and single-connection clients keep every call in the pool: :func:`lane_for` says
-which.
+waits on connections), a pool with a client-side cache, a credential provider (the pool
+re-authenticates the connections it knows when a token is renewed) and single-connection
+clients keep every call in the pool: :func:`lane_for` says which.
 """
 
 from __future__ import annotations
@@ -34,16 +37,14 @@ import weakref
 from typing import Any
 
 from django_redis_lock.backends import errors
-from django_redis_lock.backends.clients import Client, instance_of
+from django_redis_lock.backends.clients import Client, instance_of, is_sentinel_pool
 
 # Pools whose connections a lane may copy: the plain ones of both libraries (and subclasses).
 _PLAIN_POOLS = ("redis.connection.ConnectionPool", "valkey.connection.ConnectionPool")
-# Their subclasses that keep every call in the pool: bounded, or following a Sentinel primary.
+# Their subclasses that keep every call in the pool: bounded.
 _POOLS_KEPT = (
     "redis.connection.BlockingConnectionPool",
     "valkey.connection.BlockingConnectionPool",
-    "redis.sentinel.SentinelConnectionPool",
-    "valkey.sentinel.SentinelConnectionPool",
 )
 # What a look at an idle connection raises when it died.
 _DEAD: tuple[type[Exception], ...] = (OSError, *errors.CONNECTION, *errors.TIMEOUT)
@@ -70,11 +71,13 @@ class Lane:
     """Connections configured like ``client``'s pool's, outside it, in a free list (see the
     module); at most as many as the pool may make, calls beyond them go through the pool."""
 
-    __slots__ = ("__weakref__", "_client", "_idle", "_made", "_mutex", "_pool")
+    __slots__ = ("__weakref__", "_client", "_follows", "_idle", "_made", "_mutex", "_pool")
 
     def __init__(self, client: Client) -> None:
         self._client = client
         self._pool = client.connection_pool
+        # A Sentinel pool, whose primary the connections follow; None for one server.
+        self._follows = self._pool if is_sentinel_pool(self._pool) else None
         # list.pop and list.append are atomic: no mutex on the way to the server.
         self._idle: list[Any] = []
         self._made = 0
@@ -91,7 +94,7 @@ class Lane:
             if connection is None:  # as many as the pool may have are busy: the pool's turn
                 return self._client.execute_command(*command)
         try:
-            _ready(connection)
+            _ready(connection, self._follows)
             return connection.retry.call_with_retry(
                 lambda: _call(connection, command), lambda _: connection.disconnect()
             )
@@ -126,12 +129,18 @@ class Lane:
         self._idle, self._made, self._mutex = [], 0, threading.Lock()
 
 
-def _ready(connection: Any) -> None:
+def _ready(connection: Any, follows: Any) -> None:
     """Hang up a connected ``connection`` that died while idle or holds unread data, as the
-    pool does before it hands one out; sending connects it again. (An unconnected one is left
-    to connect as it sends, once: the look would connect it, and a failed look try again.)"""
+    pool does before it hands one out, or (``follows``: its Sentinel pool) one connected to
+    another server than the primary the pool knows now, as the pool does when it takes one
+    back. :func:`_call` connects it again."""
     if getattr(connection, "_sock", None) is None:
         return
+    if follows is not None:
+        primary = getattr(follows, "master_address", None)
+        if primary is not None and primary != (connection.host, connection.port):
+            connection.disconnect()
+            return
     try:
         if not connection.can_read():
             return
@@ -141,6 +150,11 @@ def _ready(connection: Any) -> None:
 
 
 def _call(connection: Any, command: tuple[Any, ...]) -> Any:
+    # Connected first, once (a look would connect it, and a failed one try again): a
+    # Sentinel-managed connection finds the primary in connect(); sending unconnected, redis-py
+    # 8 connects it to the address it had.
+    if getattr(connection, "_sock", None) is None:
+        connection.connect()
     connection.send_command(*command)
     return connection.read_response()
 

@@ -127,6 +127,9 @@ def subscribed_on(topology: SentinelTopology) -> bool:
 
 @pytest.mark.usefixtures("on_sentinel")
 def test_acquire_release_on_the_primary(topology: SentinelTopology, driver: SyncDriver) -> None:
+    # Blocking calls go on the lane (connections beside the pool), which follows the primary as
+    # the pool does: the failover tests below run through it.
+    assert runtime().backend()._lane is not None  # type: ignore[attr-defined]
     held = lock("sentinel:plain", timeout=10)
     assert driver.acquire(held)
     assert on_primary(topology, "sentinel:plain")
