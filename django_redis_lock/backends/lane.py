@@ -115,7 +115,8 @@ class Lane:
         return self._pool.connection_class(**self._pool.connection_kwargs)
 
     def close(self) -> None:
-        """Hang up the idle connections (those in use hang up when dropped)."""
+        """Hang up the idle connections (those in use come back to the lane after their call,
+        and are looked at before the next)."""
         idle, self._idle = self._idle, []
         with self._mutex:
             self._made -= len(idle)
@@ -150,9 +151,8 @@ def _ready(connection: Any, follows: Any) -> None:
 
 
 def _call(connection: Any, command: tuple[Any, ...]) -> Any:
-    # Connected first, once (a look would connect it, and a failed one try again): a
-    # Sentinel-managed connection finds the primary in connect(); sending unconnected, redis-py
-    # 8 connects it to the address it had.
+    # Connected here, once per attempt: a Sentinel-managed connection finds the primary in
+    # connect(), where redis-py 8 connects one that sends unconnected to the address it had.
     if getattr(connection, "_sock", None) is None:
         connection.connect()
     connection.send_command(*command)
