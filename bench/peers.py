@@ -601,7 +601,7 @@ def run(options: argparse.Namespace, server: RedisServer) -> Results:
             _client(server.url).flushall()
             print(f"repeat {repeat + 1}: {library.name}", file=sys.stderr, flush=True)
             if library.contended:
-                outcome = contended(library, server.url, options.contended)
+                outcome = contended_fresh(library, server.url, options.contended)
                 if not outcome.exact:
                     raise SystemExit(f"{library.name}: the counter is wrong: no mutual exclusion")
                 results.contended.setdefault(library.name, []).append(outcome)
@@ -614,7 +614,7 @@ def run(options: argparse.Namespace, server: RedisServer) -> Results:
             if library.name in MANY_ROWS:
                 _client(server.url).flushall()
                 print(f"{MANY} processes: {library.name}", file=sys.stderr, flush=True)
-                outcome = contended(library, server.url, options.contended // 4, MANY)
+                outcome = contended_fresh(library, server.url, options.contended // 4, MANY)
                 if not outcome.exact:
                     raise SystemExit(f"{library.name}: the counter is wrong: no mutual exclusion")
                 results.many.setdefault(library.name, []).append(outcome)
@@ -625,6 +625,31 @@ def run(options: argparse.Namespace, server: RedisServer) -> Results:
 # are their poll interval whatever the count).
 MANY = 16
 MANY_ROWS = ("raw spin loop", "python-redis-lock", OURS)
+
+
+def contended_fresh(
+    library: Library, url: str, cycles: int, processes_count: int = PROCESSES
+) -> Contended:
+    """:func:`contended`, its processes forked from a fresh interpreter rather than from this
+    one, which has run every library by then: each library's run starts from the same state."""
+    import json
+    import subprocess
+
+    command = [sys.executable, __file__, "--contended-child", library.name, "--url", url]
+    command += ["--contended", str(cycles), "--processes", str(processes_count)]
+    done = subprocess.run(command, check=True, capture_output=True, text=True, timeout=1800)
+    return Contended(**json.loads(done.stdout))
+
+
+def contended_child(options: argparse.Namespace) -> None:
+    """--contended-child NAME: one contended run of that library on --url; JSON on stdout."""
+    import dataclasses
+    import json
+
+    os.environ["REDIS_URL"] = options.url
+    library = next(each for each in LIBRARIES if each.name == options.contended_child)
+    outcome = contended(library, options.url, options.contended, options.processes)
+    print(json.dumps(dataclasses.asdict(outcome)))
 
 
 def hiredis_installed() -> bool:
@@ -911,9 +936,14 @@ def main() -> None:
     parser.add_argument("--pure-python", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
     parser.add_argument("--rotate", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--contended-child", help=argparse.SUPPRESS)
+    parser.add_argument("--processes", type=int, default=PROCESSES, help=argparse.SUPPRESS)
     options = parser.parse_args()
     if options.pure_python:
         pure_python_child(options)
+        return
+    if options.contended_child:
+        contended_child(options)
         return
 
     server = RedisServer(binary=find_redis_server()).start()
@@ -1123,6 +1153,8 @@ Reading the numbers
   Prometheus" row is the same with prometheus-client's metrics on.
 - A round trip is a ``PING`` from Python, timed in the uncontended rounds (a ``PING`` timed
   apart, before them, once measured a fifth of what the rounds' commands took).
+- Each contended run forks its processes from a fresh interpreter of its own, not from the
+  benchmark's process, which by then has run every library.
 - Round trips per cycle come from the server's ``total_reads_processed``; commands per
   acquisition from ``MONITOR`` in a separate, untimed pass (commands a script runs inside
   Redis are not client commands and are not counted).
