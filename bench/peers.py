@@ -345,12 +345,12 @@ def _contender(library: Library, url: str, cycles: int, barrier: Any, out: Any) 
     make = library.make(url, "")
     client = _client(url)
     records = []
-    barrier.wait()
+    barrier.wait(CHILD_SECONDS)
     for _ in range(WARM_UP_CYCLES):  # steady state: connections, scripts, wake-up channels
         handle = make("contended")
         handle.acquire()
         handle.release()
-    barrier.wait()
+    barrier.wait(CHILD_SECONDS)
     for _ in range(cycles):
         handle = make("contended")
         called = time.perf_counter()
@@ -632,22 +632,16 @@ def contended_fresh(
 ) -> Contended:
     """:func:`contended`, its processes forked from a fresh interpreter rather than from this
     one, which has run every library by then: each library's run starts from the same state."""
-    import json
-    import subprocess
-
-    command = [sys.executable, __file__, "--contended-child", library.name, "--url", url]
-    command += ["--contended", str(cycles), "--processes", str(processes_count)]
-    done = subprocess.run(command, check=True, capture_output=True, text=True, timeout=1800)
-    return Contended(**json.loads(done.stdout))
+    found = _in_child(
+        "--contended-child", library.name, "--url", url,
+        "--contended", str(cycles), "--processes", str(processes_count),
+    )  # fmt: skip
+    return Contended(**found)
 
 
 def wake_up_fresh(url: str) -> float:
     """:func:`wake_up_floor` measured from a fresh interpreter, as the contended runs are."""
-    import subprocess
-
-    command = [sys.executable, __file__, "--wake-up-child", "--url", url]
-    done = subprocess.run(command, check=True, capture_output=True, text=True, timeout=600)
-    return float(done.stdout)
+    return float(_in_child("--wake-up-child", "--url", url))
 
 
 def contended_child(options: argparse.Namespace) -> None:
@@ -670,14 +664,20 @@ def hiredis_installed() -> bool:
 def pure_python(url: str, cycles: int, repeat: int) -> dict[str, Uncontended]:
     """The uncontended run of every library in a child process whose redis-py does without
     hiredis (the pure-Python packer and parser), on the same server."""
+    found = _in_child(
+        "--pure-python", "--url", url, "--cycles", str(cycles), "--rotate", str(repeat)
+    )
+    return {name: Uncontended(*values) for name, values in found.items()}
+
+
+def _in_child(*arguments: str) -> Any:
+    """What this script prints as JSON when run with ``arguments`` in a fresh interpreter."""
     import json
     import subprocess
 
-    command = [sys.executable, __file__, "--pure-python", "--url", url, "--cycles", str(cycles)]
-    command += ["--rotate", str(repeat)]
+    command = [sys.executable, __file__, *arguments]
     done = subprocess.run(command, check=True, capture_output=True, text=True, timeout=1800)
-    found = json.loads(done.stdout)
-    return {name: Uncontended(*values) for name, values in found.items()}
+    return json.loads(done.stdout)
 
 
 def pure_python_child(options: argparse.Namespace) -> None:
