@@ -4,8 +4,10 @@
                                [--listing-locks 1000000] [--listing-repeats 1] [--write]
 
 Libraries: a raw floor (SET NX PX, then one EVALSHA compare-and-delete), the same retried in a
-spin loop (contended only), a metadata floor (the raw floor storing what every lock of ours
-stores), our two scripts sent bare, redis-py's Lock, python-redis-lock, pottery's Redlock (one
+spin loop (contended only), a raw pub/sub ring (contended only; no lock: a token passed by
+PUBLISH to processes blocked in a read, the least a wake-up costs amid the same load), a
+metadata floor (the raw floor storing what every lock of ours stores), our two scripts sent
+bare, redis-py's Lock, python-redis-lock, pottery's Redlock (one
 master) and django_redis_lock (with its defaults, without and with Prometheus metrics). Every
 repeat runs them all, in an order rotated from one repeat to the next; the tables give the
 medians of the repeats.
@@ -122,6 +124,38 @@ def _raw_spin(url: str, _: str) -> Callable[[str], Handle]:
             return True
 
     return RawSpin
+
+
+def _pubsub_ring(url: str, _: str) -> Callable[[str], Handle]:
+    """Not a lock: the floor of a hand-over that wakes a sleeping waiter. The contending
+    processes pass one token round a ring: each waits blocked in a read of its own
+    subscription, and its release is one ``PUBLISH`` to the next process's channel. No queue,
+    no script, no choice of the next holder, no Python beyond redis-py's own."""
+    import redis
+
+    client = redis.Redis.from_url(url, socket_timeout=CHILD_SECONDS)
+    place = int(client.incr("ring:joined")) - 1  # every process joins before the first barrier
+    reader = client.connection_pool.get_connection()
+    reader.send_command("SUBSCRIBE", f"ring:{place}")
+    reader.read_response(push_request=True)
+    ring = {"first": place == 0, "size": 0}
+
+    class Ring(Handle):
+        def __init__(self, name: str) -> None:
+            pass
+
+        def acquire(self) -> bool:
+            if ring["first"]:  # the token starts here
+                ring["first"] = False
+            else:
+                reader.read_response(push_request=True)
+            return True
+
+        def release(self) -> None:
+            ring["size"] = ring["size"] or int(client.get("ring:joined"))
+            client.publish(f"ring:{(place + 1) % ring['size']}", "token")
+
+    return Ring
 
 
 def _metadata_floor(url: str, _: str) -> Callable[[str], Handle]:
@@ -250,9 +284,11 @@ def _ours_scripts(url: str, _: str) -> Callable[[str], Handle]:
 
 
 OURS = "django_redis_lock"
+RING = "raw pub/sub ring"
 LIBRARIES = [
     Library("raw floor", False, _raw),
     Library("raw spin loop", True, _raw_spin, uncontended=False),
+    Library(RING, True, _pubsub_ring, uncontended=False),
     Library("metadata floor", False, _metadata_floor),
     Library("our scripts, bare", False, _ours_scripts),
     Library("redis-py Lock", True, _redis_py),
@@ -382,7 +418,7 @@ def contended(
     library: Library, url: str, cycles: int, processes_count: int = PROCESSES
 ) -> Contended:
     """Processes fighting for one lock; time.perf_counter is one clock for all on Linux."""
-    _client(url).delete("counter")
+    _client(url).delete("counter", "ring:joined")
     context = multiprocessing.get_context("fork")
     barrier = context.Barrier(processes_count)
     pipes, processes = [], []
@@ -746,10 +782,10 @@ def tables(results: Results, view: tuple[float, float, float], memory: dict[str,
         f"The wake-up floor: from a ``PUBLISH`` call in one process to another process, idle in "
         f"a read of its subscription, having the message: {wake_up:,.0f} µs, "
         f"{wake_up / (rtt * 1e6):.2f} round trips. A hand-over through Redis takes these steps "
-        "and more (django_redis_lock's release runs a script before it publishes, and the "
-        "waiting process then wakes the waiting thread); the floor is measured between pauses "
-        "that let the cores sleep, and waking from that can take longer than amid a contended "
-        "run, so a hand-over may come out below it.",
+        "and more (django_redis_lock's release runs a script before it publishes); this floor "
+        "is measured between pauses that let the cores sleep, and waking from that can take "
+        "longer than amid a contended run, so a hand-over may come out below it. The raw "
+        "pub/sub ring in the table above is the same wake-up amid the contended load.",
     ]
     lines += [
         "",
@@ -831,7 +867,8 @@ def targets(results: Results, scale: Any, quorum: dict[int, float], floor: dict[
         *row(
             "handoff gap p50 at most the raw spin loop's",
             f"{gap(OURS):.0f} µs against {gap('raw spin loop'):.0f} µs "
-            f"({gap(OURS) / gap('raw spin loop'):.2f}x; its waiters never sleep)",
+            f"({gap(OURS) / gap('raw spin loop'):.2f}x; its waiters never sleep; the raw pub/sub "
+            f"ring, a bare wake-up amid the same load: {gap(RING):.0f} µs)",
             gap(OURS) <= gap("raw spin loop"),
         ),
         *row(
@@ -1115,22 +1152,31 @@ after publishing the grant (the grant leaves Redis only when the script ends) un
 lease is shorter than the next waiter's look; a held lock stores its start time only when it
 differs from its fencing token (16 bytes less).
 
-*Hand-over: the hops.* Timestamps in the four contending processes (a run with the
-listener's dispatch and the waiting thread's wake-up marked): from the holder calling
-``release()`` to the waiting process's listener thread having the grant, 158 to 163 µs (the
-holder's release call, the script that hands over, the delivery, the listener's wake-up: about
-the wake-up floor); then the listener thread waking the waiting thread, 24 to 32 µs; then the
-acquire returning (the new hold's record, the flow's end), 17 to 20 µs. The spin loop has
-neither of the last two: its waiters do not sleep, they burn the other core asking again (see
-its commands per acquisition), and whoever asks first after a release wins, which is why its
-worst wait is many times its median. Nor is it ever woken: its waiters never sleep. The thread
-hop and the return path are about what separates the two gaps (223 µs against 201 µs in the
-published run; in earlier runs of this release 214 against 156 and 226 against 174, when the
-wake-up floor, measured between idle pauses, came out at 1.24x to 1.25x the spin loop's
-gap). Letting the waiting thread read its process's channel itself when it is the only waiter
-would save the thread hop; it is not done in this round:
-the listener thread also reconnects, health-checks, follows a Sentinel failover and serves
-async waiters, and a second reader of its connection would have to share all of that.
+*Hand-over: the hops.* The waiting thread now reads its process's wake-up channel itself
+when nobody else does (the usual case: one waiter per process and lock), so the grant no
+longer goes through the listener thread (that hop cost 24 to 32 µs). In A/B runs of the
+contended benchmark against the previous release, interleaved: 538 against 509 µs with
+hiredis, 650 against 587 µs without (an hour when a PING took about 110 µs).
+Timestamps in the four contending processes, in runs of that hour (medians): the holder's
+``release()`` call takes 230 to 253 µs (a bare ``PUBLISH`` call 152 to 205 µs); the grant is
+readable in the waiting process 4 to 12 µs after that call returns; reading and dispatching it
+in the waiting thread takes 78 to 86 µs (redis-py 8's read with its push handling, then our
+dispatch: 56 and 24 to 28 µs measured apart, in a thread just woken, its caches cold); the
+acquire returns 45 to 48 µs later (the flow's end, the new hold's record). In Redis (``INFO
+commandstats``, single calls in sequence): the release that hands over takes 48 to 50 µs, of
+which about 15 record the hold in the statistics; an acquire that queues 45 µs; a ``PUBLISH``
+1.5 µs.
+
+*The raw pub/sub ring.* Not a lock: the contending processes pass one token round a ring,
+each blocked in a read of its own subscription, each release one ``PUBLISH`` to the next.
+It is the least a hand-over that wakes a sleeping waiter can cost, amid the same load, and it
+comes out well below the spin loop: waking a sleeping process is not what keeps
+django_redis_lock from matching the spin loop. What does is the work a fair, crash-safe
+hand-over does on that path, above: the release script (the queue, the grant, the fencing
+token, the statistics) against one ``PUBLISH``, every waiter's queued attempt in Redis, and
+the Python of a woken thread (reading, dispatching, returning through the acquire) against a
+bare read. The spin loop pays with a core and with its worst waits (see its row); the ring
+has no queue, no lease and no recovery from a crashed holder. The target stays missed.
 
 *Worst waits with 16 processes.* The worst wait is one sample in 800 per repeat, on two cores
 shared by sixteen processes (each with a listener and a watchdog thread) and the server. Runs
@@ -1176,7 +1222,7 @@ Reading the numbers
   publishes the grant, so the next holder runs without a request of its own. redis-py's Lock
   polls (every 0.1 s by default) and pottery retries after a random delay, which their gaps
   and worst waits show; python-redis-lock wakes waiters with BLPOP and then races them; the raw
-  spin loop asks again at once, without pause.
+  spin loop asks again at once, without pause; the raw pub/sub ring is no lock (see above).
 """
 
 

@@ -9,6 +9,7 @@ independent primaries (``quorum.py``). ``backends/__init__.py`` picks the one a 
 from __future__ import annotations
 
 import hashlib
+import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -186,6 +187,35 @@ class Backend(Protocol):
 def connection_of(pool: Any, read_timeout: float) -> Any:
     """A new connection configured like ``pool``'s, outside it, reading with ``read_timeout``."""
     return pool.connection_class(**{**pool.connection_kwargs, "socket_timeout": read_timeout})
+
+
+def read_options(connection: Any) -> dict[str, bool]:
+    """What a reader of a pub/sub connection passes to its ``read_response``.
+
+    ``push_request=True``: on RESP3 a published message is a push reply, which the connection
+    would otherwise hand to its push handler instead of returning it. redis-py 5.0's
+    SentinelManagedConnection takes no such argument (it raises TypeError): it reads RESP2
+    unless told otherwise, where messages are ordinary replies."""
+    options = {"disconnect_on_error": False}
+    if _takes(connection.read_response, "push_request"):
+        options["push_request"] = True
+    return options
+
+
+def _takes(method: Any, name: str, *, or_any: bool = True) -> bool:
+    """Whether ``method`` takes the keyword argument ``name``, or (``or_any``) any keyword
+    argument at all; False when its signature cannot be read."""
+    try:
+        parameters = inspect.signature(method).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == name or (or_any and p.kind is p.VAR_KEYWORD) for p in parameters)
+
+
+def timed_reads(connection: Any) -> bool:
+    """Whether ``connection.read_response`` takes a ``timeout`` of its own (redis-py 8 and
+    later): one read then, where an older one needs ``can_read(timeout)`` first."""
+    return _takes(connection.read_response, "timeout", or_any=False)
 
 
 def demoted(error: Exception) -> bool:

@@ -19,7 +19,7 @@ from django_redis_lock.backends.quorum_replies import Late
 from django_redis_lock.conf import lock_settings
 from django_redis_lock.core.steps import Call, Flow, Listen, Wait
 from django_redis_lock.exceptions import LateGrant
-from django_redis_lock.runtime.listener import Grant, Nudge
+from django_redis_lock.runtime.tickets import Grant, Nudge
 
 #: The longest a waiter waits for a grant before it looks again (milliseconds).
 MAX_WAIT_SLICE_MS = 10_000

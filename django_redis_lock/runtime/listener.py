@@ -6,6 +6,12 @@ secret up among the process's tickets and wakes the thread (an Event) or the cor
 future on its loop) that waits for it. Waiters therefore send nothing while they wait, and
 the number of connections used for waiting stays at one per process.
 
+Who reads that connection: the listener thread while a waiter needs it, but a waiting thread
+reads it itself when nobody else does (a lock's lone waiter in its process, the usual case):
+the grant then reaches the thread that waits for it without a hop through the listener thread.
+The thread keeps the connection: it connects, subscribes, reconnects, and follows a Sentinel
+failover; a waiter that meets a fault on the connection leaves it to the thread.
+
 A grant published while the listener is reconnecting is not lost for good: once subscribed
 again the listener wakes every waiter to look again, and each waiter also looks again at the
 end of its wait slice (for the first waiter the holder's lease, at most
@@ -15,20 +21,19 @@ REDIS_LOCK["HANDOVER_LEASE"]); the attempt finds the lock already handed to its 
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import contextlib
-import inspect
 import logging
 import threading
 import time
 import uuid
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 from django_redis_lock.backends import errors
-from django_redis_lock.backends.base import text_of
+from django_redis_lock.backends.base import read_options, text_of, timed_reads
 from django_redis_lock.backends.single import LockBackend
+from django_redis_lock.runtime.tickets import Grant, Nudge, SyncTicket, Ticket
 
 logger = logging.getLogger("django_redis_lock")
 
@@ -48,112 +53,6 @@ _MAX_BACKOFF_SECONDS = 0.5
 _MAX_UNCLAIMED = 1000
 
 
-def _read_options(connection: Any) -> dict[str, bool]:
-    """What the listener passes to ``connection.read_response``.
-
-    ``push_request=True``: on RESP3 a published message is a push reply, which the connection
-    would otherwise hand to its push handler instead of returning it. redis-py 5.0's
-    SentinelManagedConnection takes no such argument (it raises TypeError): it reads RESP2
-    unless told otherwise, where messages are ordinary replies."""
-    options = {"disconnect_on_error": False}
-    try:
-        parameters = inspect.signature(connection.read_response).parameters.values()
-    except (TypeError, ValueError):  # no signature to read: the argument every version takes
-        return options
-    if any(p.name == "push_request" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
-        options["push_request"] = True
-    return options
-
-
-class Grant(NamedTuple):
-    """A hand-over received from a release: the new hold's fencing token and start time."""
-
-    token: int
-    acquired_at: int
-
-
-class Nudge(NamedTuple):
-    """This waiter is first in line now; the lease it waits on ends in ``lease_ms``."""
-
-    lease_ms: int
-
-
-#: What wakes a waiter: its grant, a nudge, or None (time is up, or look again).
-Message = Grant | Nudge | None
-
-
-class _Inbox:
-    """The latest message for one waiter; a grant is never replaced by a nudge."""
-
-    def __init__(self) -> None:
-        self._grant: Grant | None = None
-        self._nudge: Nudge | None = None
-
-    def put(self, message: Message) -> None:
-        if isinstance(message, Grant):
-            self._grant = message
-        elif isinstance(message, Nudge):
-            self._nudge = message
-
-    def take(self) -> Message:
-        if self._grant is not None:
-            return self._grant
-        nudge, self._nudge = self._nudge, None
-        return nudge
-
-
-class SyncTicket:
-    """A thread's place among the listener's waiters."""
-
-    def __init__(self) -> None:
-        # A bare lock as the wake-up signal, held while nothing is pending: one futex wake on
-        # the way to the waiter, where an Event (a Condition) adds a lock hand-off or two.
-        self._signal = threading.Lock()
-        self._signal.acquire()
-        self._inbox = _Inbox()
-
-    def wake(self, message: Message) -> None:
-        """Called by the listener thread: a grant, a nudge, or None to look again."""
-        self._inbox.put(message)
-        with contextlib.suppress(RuntimeError):  # released already: a wake-up is pending
-            self._signal.release()
-
-    def wait(self, seconds: float) -> Message:
-        """What woke the waiter within ``seconds``; None when nothing did, or to look again."""
-        self._signal.acquire(timeout=seconds)
-        return self._inbox.take()
-
-
-class AsyncTicket:
-    """A coroutine's place among the listener's waiters; woken on its own event loop."""
-
-    def __init__(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._event = asyncio.Event()
-        self._inbox = _Inbox()
-
-    def wake(self, message: Message) -> None:
-        """Called by the listener thread; passes the wake-up to the waiter's loop."""
-        # A closed loop raises RuntimeError: its waiter is gone, nobody needs the wake-up.
-        with contextlib.suppress(RuntimeError):
-            self._loop.call_soon_threadsafe(self._wake, message)
-
-    def _wake(self, message: Message) -> None:
-        self._inbox.put(message)
-        self._event.set()
-
-    async def wait(self, seconds: float) -> Message:
-        """:meth:`SyncTicket.wait` without blocking the event loop."""
-        # asyncio.TimeoutError: the builtin TimeoutError only from Python 3.11 on.
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self._event.wait(), seconds)
-        self._event.clear()
-        return self._inbox.take()
-
-
-Ticket = SyncTicket | AsyncTicket
-
-
 class _PrimaryMoved(Exception):
     """The sentinels name another primary than the one the listener is subscribed on."""
 
@@ -162,7 +61,9 @@ class Listener:
     """The process's subscription to its grant channel on one backend.
 
     Its thread starts with the first waiter, and ends when its connection is lost while no
-    waiter waits; on a Sentinel backend it follows the primary the sentinels name.
+    waiter waits; on a Sentinel backend it follows the primary the sentinels name. Whoever
+    holds ``_reading`` reads the connection: the thread, except while it is parked (no waiter
+    needs it), when a waiting thread may take it (:meth:`serve`).
     """
 
     def __init__(self, backend: LockBackend) -> None:
@@ -177,12 +78,37 @@ class Listener:
         self._backoff = _FIRST_BACKOFF_SECONDS
         # True from a lost connection until subscribed again: one warning per outage.
         self._outage = False
+        # One blocking read lasts this long at most; on Sentinel, reads end twice per check,
+        # so a check is at most a quarter second late.
+        self._read_seconds = _PRIMARY_CHECK_SECONDS / 2 if backend.sentinel else _READ_SECONDS
+        # The right to read the connection. The thread holds it from its start to its end,
+        # except while parked; the connection, set while subscribed, changes only under it.
+        self._reading = threading.Lock()
+        self._connection: Any = None
+        self._options: dict[str, bool] = {}
+        self._timed_reads = False
+        self._heard = self._checked = 0.0
+        self._pinged: float | None = None
+        # The connection's SUBSCRIBE was confirmed: the thread parks only from then on, so that
+        # the confirmation (which wakes every waiter to look again) is never a waiter's.
+        self._subscribed = False
+        # Set to wake the parked thread: a waiter needs it, a reader met a fault, or stop().
+        self._wanted = threading.Event()
+        # The thread waits for the connection back: a reading waiter leaves it after its read.
+        self._claimed = False
+        # What a reading waiter met on the connection, for the thread to act on.
+        self._failure: BaseException | None = None
 
-    def register(self, secret: str, ticket: Ticket) -> None:
-        """Route grants for ``secret`` to ``ticket`` until :meth:`unregister`."""
+    def register(self, secret: str, ticket: Ticket, *, read: bool = True) -> None:
+        """Route grants for ``secret`` to ``ticket`` until :meth:`unregister`. A thread's
+        ticket may read the connection itself (``read``); any other needs the thread."""
         with self._mutex:
             self._tickets[secret] = ticket
             early = self._unclaimed.pop(secret, None)
+        if read and isinstance(ticket, SyncTicket):
+            ticket.reader = self
+        else:
+            self._wanted.set()
         if early is not None:
             ticket.wake(early)
 
@@ -203,8 +129,66 @@ class Listener:
     def stop(self) -> None:
         """Ask the thread to end; it does within one read."""
         self._stop.set()
+        self._wanted.set()
+
+    # -- a waiting thread reads ---------------------------------------------------------------
+
+    def serve(self, ticket: SyncTicket, seconds: float) -> None:
+        """Wait up to ``seconds`` for ``ticket``'s wake-up, reading the connection meanwhile
+        whenever nobody else does; the wake-up is taken once given."""
+        deadline = time.monotonic() + seconds
+        signal = ticket._signal
+        while not signal.acquire(blocking=False):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            if self._claimed or not self._reading.acquire(blocking=False):
+                signal.acquire(timeout=left)  # whoever reads wakes this waiter
+                return
+            readable = self._connection is not None and self._failure is None
+            try:
+                if readable:
+                    self._read_until(signal, deadline)
+            finally:
+                self._leave(ticket)
+            if not readable:  # the thread (re)connects, and reads once subscribed
+                signal.acquire(timeout=max(0.0, deadline - time.monotonic()))
+                return
+
+    def _read_until(self, signal: threading.Lock, deadline: float) -> None:
+        """Read until the signal is given (by this thread's dispatch or another's wake-up),
+        time is up, the listener thread claims the connection, or the connection fails."""
+        connection = self._connection
+        try:
+            while signal.locked() and not self._claimed:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                self._step(connection, min(left, self._read_seconds))
+        except Exception as exc:  # the thread reconnects, logs, follows the primary
+            self._failure = exc
+
+    def _leave(self, ticket: SyncTicket) -> None:
+        """Give the connection back; wake the thread if other waiters remain (this one reads
+        again when it waits again) or a fault needs it."""
+        with self._mutex:
+            self._reading.release()
+            needed = self._failure is not None or any(
+                other is not ticket for other in self._tickets.values()
+            )
+        if needed:
+            self._wanted.set()
+
+    # -- the listener thread ------------------------------------------------------------------
 
     def _run(self) -> None:
+        self._reading.acquire()
+        try:
+            self._connect_and_listen()
+        finally:
+            self._reading.release()
+
+    def _connect_and_listen(self) -> None:
         while not self._stop.is_set():
             connection = None
             try:
@@ -247,42 +231,92 @@ class Listener:
 
     def _connect(self) -> Any:
         """A connection of its own (the backend's, outside its pool), with a read timeout that
-        lets the thread look up now and then. The thread reads it directly: a blocked read
-        wakes as soon as a grant arrives, quicker than the pub/sub helper's polling reads."""
-        # On Sentinel, reads end twice per check, so a check is at most a quarter second late.
-        read = _PRIMARY_CHECK_SECONDS / 2 if self._backend.sentinel else _READ_SECONDS
-        return self._backend.own_connection(read_timeout=read)
+        lets the thread look up now and then. It is read directly: a blocked read wakes as
+        soon as a grant arrives, quicker than the pub/sub helper's polling reads."""
+        return self._backend.own_connection(read_timeout=self._read_seconds)
 
     def _listen(self, connection: Any) -> None:
-        """Dispatch grants until stopped; PING when quiet, so a dead connection shows; on a
-        Sentinel backend, leave when the primary moved."""
-        heard = checked = time.monotonic()
-        pinged: float | None = None
-        options = _read_options(connection)
-        while not self._stop.is_set():
-            if self._backend.sentinel and time.monotonic() - checked >= _PRIMARY_CHECK_SECONDS:
-                checked = time.monotonic()
-                self._check_primary(connection)
-            try:
-                reply = connection.read_response(**options)
-            except errors.TIMEOUT:
-                now = time.monotonic()
-                if pinged is not None and now - pinged > _HEALTH_SECONDS:
-                    raise ConnectionError("no answer to PING on the wake-up channel") from None
-                if pinged is None and now - heard > _HEALTH_SECONDS:
-                    connection.send_command("PING")
-                    pinged = now
-                continue
-            heard, pinged = time.monotonic(), None
-            kind = text_of(reply[0]) if isinstance(reply, list) and reply else ""
-            if kind == "message":
-                self._dispatch(reply[2])
-            elif kind == "subscribe":
-                self._backoff = _FIRST_BACKOFF_SECONDS
-                if self._outage:
-                    self._outage = False
-                    logger.info("Lock wake-up channel is back.")
-                self._wake_all()  # grants sent while we were away were not heard
+        """Dispatch grants until stopped, parked while no waiter needs the thread; PING when
+        quiet, so a dead connection shows; on a Sentinel backend, leave when the primary
+        moved."""
+        self._heard = self._checked = time.monotonic()
+        self._pinged = None
+        self._options = read_options(connection)
+        self._timed_reads = timed_reads(connection)
+        self._connection = connection
+        self._subscribed = False
+        try:
+            while not self._stop.is_set():
+                if not self._park(connection):
+                    self._step(connection, None)
+        finally:
+            self._connection = None
+
+    def _park(self, connection: Any) -> bool:
+        """While no waiter is registered, leave the connection to the waiters that come (they
+        read it themselves) until one needs the thread or it is time to look at the
+        connection; then take it back and look: what came, PING, where the primary is.
+        False, without parking, while waiters are registered (the thread reads for them) or
+        the subscription is not confirmed yet."""
+        with self._mutex:
+            if self._tickets or not self._subscribed:
+                return False
+            self._reading.release()
+        try:
+            self._wanted.wait(self._read_seconds)
+            self._wanted.clear()
+        finally:
+            self._claimed = True
+            self._reading.acquire()
+            self._claimed = False
+        failure, self._failure = self._failure, None
+        if failure is not None:
+            raise failure
+        for _ in range(_MAX_UNCLAIMED):  # what came meanwhile, without waiting
+            if not self._step(connection, 0):
+                break
+        return True
+
+    def _step(self, connection: Any, seconds: float | None) -> bool:
+        """Read one reply and act on it; False if none came within ``seconds`` (None: the
+        connection's read timeout), when a quiet connection is PINGed, or given up."""
+        if self._backend.sentinel and time.monotonic() - self._checked >= _PRIMARY_CHECK_SECONDS:
+            self._checked = time.monotonic()
+            self._check_primary(connection)
+        try:
+            if seconds is None:  # the connection's own read timeout
+                reply = connection.read_response(**self._options)
+            elif seconds > 0 and self._timed_reads:  # one read, as redis-py 8 can
+                reply = connection.read_response(timeout=seconds, **self._options)
+            elif connection.can_read(timeout=seconds):
+                reply = connection.read_response(**self._options)
+            else:
+                self._quiet(connection)
+                return False
+        except errors.TIMEOUT:
+            self._quiet(connection)
+            return False
+        self._heard, self._pinged = time.monotonic(), None
+        kind = text_of(reply[0]) if isinstance(reply, list) and reply else ""
+        if kind == "message":
+            self._dispatch(reply[2])
+        elif kind == "subscribe":
+            self._subscribed = True
+            self._backoff = _FIRST_BACKOFF_SECONDS
+            if self._outage:
+                self._outage = False
+                logger.info("Lock wake-up channel is back.")
+            self._wake_all()  # grants sent while we were away were not heard
+        return True
+
+    def _quiet(self, connection: Any) -> None:
+        """Nothing came: PING a connection quiet for long, give it up if the PONG is late."""
+        now = time.monotonic()
+        if self._pinged is not None and now - self._pinged > _HEALTH_SECONDS:
+            raise ConnectionError("no answer to PING on the wake-up channel")
+        if self._pinged is None and now - self._heard > _HEALTH_SECONDS:
+            connection.send_command("PING")
+            self._pinged = now
 
     def _check_primary(self, connection: Any) -> None:
         """Raise _PrimaryMoved when the sentinels name another primary than the one the
@@ -338,7 +372,7 @@ class CompositeListener:
 
     def register(self, secret: str, ticket: Ticket) -> None:
         for listener in self._listeners:
-            listener.register(secret, ticket)
+            listener.register(secret, ticket, read=False)
 
     def unregister(self, secret: str) -> None:
         for listener in self._listeners:

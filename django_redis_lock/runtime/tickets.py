@@ -1,0 +1,110 @@
+"""What a waiter waits on: a ticket the listener wakes with a grant, a nudge, or a "look
+again" (see ``runtime.listener``)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from typing import NamedTuple, Protocol
+
+
+class Grant(NamedTuple):
+    """A hand-over received from a release: the new hold's fencing token and start time."""
+
+    token: int
+    acquired_at: int
+
+
+class Nudge(NamedTuple):
+    """This waiter is first in line now; the lease it waits on ends in ``lease_ms``."""
+
+    lease_ms: int
+
+
+#: What wakes a waiter: its grant, a nudge, or None (time is up, or look again).
+Message = Grant | Nudge | None
+
+
+class _Inbox:
+    """The latest message for one waiter; a grant is never replaced by a nudge."""
+
+    def __init__(self) -> None:
+        self._grant: Grant | None = None
+        self._nudge: Nudge | None = None
+
+    def put(self, message: Message) -> None:
+        if isinstance(message, Grant):
+            self._grant = message
+        elif isinstance(message, Nudge):
+            self._nudge = message
+
+    def take(self) -> Message:
+        if self._grant is not None:
+            return self._grant
+        nudge, self._nudge = self._nudge, None
+        return nudge
+
+
+class Reader(Protocol):
+    """A listener that lets a waiting thread read its connection (``Listener.serve``)."""
+
+    def serve(self, ticket: SyncTicket, seconds: float) -> None: ...
+
+
+class SyncTicket:
+    """A thread's place among the listener's waiters."""
+
+    def __init__(self) -> None:
+        # A bare lock as the wake-up signal, held while nothing is pending: one futex wake on
+        # the way to the waiter, where an Event (a Condition) adds a lock hand-off or two.
+        self._signal = threading.Lock()
+        self._signal.acquire()
+        self._inbox = _Inbox()
+        # The listener whose connection this waiter reads when nobody else does (not the
+        # parts of a CompositeListener: a quorum's waiter listens on several connections).
+        self.reader: Reader | None = None
+
+    def wake(self, message: Message) -> None:
+        """A grant, a nudge, or None to look again; from whichever thread read it."""
+        self._inbox.put(message)
+        with contextlib.suppress(RuntimeError):  # released already: a wake-up is pending
+            self._signal.release()
+
+    def wait(self, seconds: float) -> Message:
+        """What woke the waiter within ``seconds``; None when nothing did, or to look again."""
+        if self.reader is not None:
+            self.reader.serve(self, seconds)
+        else:
+            self._signal.acquire(timeout=seconds)
+        return self._inbox.take()
+
+
+class AsyncTicket:
+    """A coroutine's place among the listener's waiters; woken on its own event loop."""
+
+    def __init__(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._event = asyncio.Event()
+        self._inbox = _Inbox()
+
+    def wake(self, message: Message) -> None:
+        """Called by the listener thread; passes the wake-up to the waiter's loop."""
+        # A closed loop raises RuntimeError: its waiter is gone, nobody needs the wake-up.
+        with contextlib.suppress(RuntimeError):
+            self._loop.call_soon_threadsafe(self._wake, message)
+
+    def _wake(self, message: Message) -> None:
+        self._inbox.put(message)
+        self._event.set()
+
+    async def wait(self, seconds: float) -> Message:
+        """:meth:`SyncTicket.wait` without blocking the event loop."""
+        # asyncio.TimeoutError: the builtin TimeoutError only from Python 3.11 on.
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._event.wait(), seconds)
+        self._event.clear()
+        return self._inbox.take()
+
+
+Ticket = SyncTicket | AsyncTicket
