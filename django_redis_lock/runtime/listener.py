@@ -137,7 +137,7 @@ class Listener:
         """Wait up to ``seconds`` for ``ticket``'s wake-up, reading the connection meanwhile
         whenever nobody else does; the wake-up is taken once given."""
         deadline = time.monotonic() + seconds
-        signal = ticket._signal
+        signal = ticket.signal
         while not signal.acquire(blocking=False):
             left = deadline - time.monotonic()
             if left <= 0:

@@ -65,6 +65,11 @@ class SyncTicket:
         # parts of a CompositeListener: a quorum's waiter listens on several connections).
         self.reader: Reader | None = None
 
+    @property
+    def signal(self) -> threading.Lock:
+        """Held while no wake-up is pending: a reading waiter watches it (Listener.serve)."""
+        return self._signal
+
     def wake(self, message: Message) -> None:
         """A grant, a nudge, or None to look again; from whichever thread read it."""
         self._inbox.put(message)
@@ -89,7 +94,7 @@ class AsyncTicket:
         self._inbox = _Inbox()
 
     def wake(self, message: Message) -> None:
-        """Called by the listener thread; passes the wake-up to the waiter's loop."""
+        """From the thread that read it; passes the wake-up to the waiter's loop."""
         # A closed loop raises RuntimeError: its waiter is gone, nobody needs the wake-up.
         with contextlib.suppress(RuntimeError):
             self._loop.call_soon_threadsafe(self._wake, message)
