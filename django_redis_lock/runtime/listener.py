@@ -164,7 +164,9 @@ class Listener:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return
-                self._step(connection, min(left, self._read_seconds))
+                # Where the primary is, the thread asks (when it takes the connection back,
+                # at least once a read timeout): sentinels that do not answer hold up no waiter.
+                self._step(connection, min(left, self._read_seconds), look_up=False)
         except Exception as exc:  # the thread reconnects, logs, follows the primary
             self._failure = exc
 
@@ -277,10 +279,15 @@ class Listener:
                 break
         return True
 
-    def _step(self, connection: Any, seconds: float | None) -> bool:
+    def _step(self, connection: Any, seconds: float | None, *, look_up: bool = True) -> bool:
         """Read one reply and act on it; False if none came within ``seconds`` (None: the
-        connection's read timeout), when a quiet connection is PINGed, or given up."""
-        if self._backend.sentinel and time.monotonic() - self._checked >= _PRIMARY_CHECK_SECONDS:
+        connection's read timeout), when a quiet connection is PINGed, or given up. On a
+        Sentinel backend, first ask where the primary is when it is time (``look_up``)."""
+        if (
+            look_up
+            and self._backend.sentinel
+            and time.monotonic() - self._checked >= _PRIMARY_CHECK_SECONDS
+        ):
             self._checked = time.monotonic()
             self._check_primary(connection)
         try:
