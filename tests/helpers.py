@@ -225,6 +225,17 @@ def keys(name: str, using: str | None = None) -> LockKeys:
     return runtime().backend(using).keys_for(name)
 
 
+def queued_behind(name: str, client: redis.Redis) -> tuple[Lock, Lock, Future[bool]]:
+    """A holder of ``name`` and a thread queued behind it: the holder, the waiting lock, and
+    the future of its acquire (a 10 s lease each, no renewal, the waiter waits up to 5 s)."""
+    holder = lock(name, timeout=10, auto_renew=False)
+    assert holder.acquire()
+    waiting = lock(name, timeout=10, blocking_timeout=5, auto_renew=False)
+    taken = start(waiting.acquire)
+    wait_until(lambda: client.zcard(keys(name).queue) == 1)
+    return holder, waiting, taken
+
+
 def start(work: Callable[[], T]) -> Future[T]:
     """Run ``work`` in a new thread; its result (or exception) arrives in the future."""
     future: Future[T] = Future()

@@ -37,6 +37,9 @@ from django_redis_lock.validation import (
 
 logger = logging.getLogger("django_redis_lock")
 
+# What the release scripts answer when they handed the lock to a waiter.
+_HANDED_OVER = 2
+
 
 def _new_secret() -> str:
     """128 random bits from the OS, as hex: the secret of one acquisition."""
@@ -199,11 +202,12 @@ class LockFlows:
 
     # -- release and extend ----------------------------------------------------------------
 
-    def _releasing(self) -> Flow[None]:
+    def _releasing(self) -> Flow[bool]:
+        """Release; True when the release handed the lock to a waiter."""
         secret = self._owned_secret()
         if self._depth > 1 and not self.lost:  # an inner reentrant hold ends
             self._depth -= 1
-            return
+            return False
         self._stop_renewing()
         if self.lost:
             self._forget()
@@ -235,6 +239,7 @@ class LockFlows:
         logger.debug("Released lock %r.", self.name)
         metrics.ended(self)
         signals.send(signals.lock_released, self, token)
+        return bool(released == _HANDED_OVER)
 
     def _extending(self, additional_time: float | None, replace_ttl: bool) -> Flow[None]:
         ms = (

@@ -33,6 +33,7 @@ from typing import Any
 from django_redis_lock.backends import errors
 from django_redis_lock.backends.base import read_options, text_of, timed_reads
 from django_redis_lock.backends.single import LockBackend
+from django_redis_lock.backends.wire import NOTHING, Replies, replies_of
 from django_redis_lock.runtime.tickets import Grant, Nudge, SyncTicket, Ticket
 
 logger = logging.getLogger("django_redis_lock")
@@ -85,8 +86,7 @@ class Listener:
         # except while parked; the connection, set while subscribed, changes only under it.
         self._reading = threading.Lock()
         self._connection: Any = None
-        self._options: dict[str, bool] = {}
-        self._timed_reads = False
+        self._replies: Replies | None = None
         self._heard = self._checked = 0.0
         self._pinged: float | None = None
         # The connection's SUBSCRIBE was confirmed: the thread parks only from then on, so that
@@ -243,8 +243,8 @@ class Listener:
         moved."""
         self._heard = self._checked = time.monotonic()
         self._pinged = None
-        self._options = read_options(connection)
-        self._timed_reads = timed_reads(connection)
+        options, timed = read_options(connection), timed_reads(connection)
+        self._replies = replies_of(connection, self._read_seconds, options, timed)
         self._connection = connection
         self._subscribed = False
         try:
@@ -252,7 +252,7 @@ class Listener:
                 if not self._park(connection):
                     self._step(connection, None)
         finally:
-            self._connection = None
+            self._connection = self._replies = None
 
     def _park(self, connection: Any) -> bool:
         """While no waiter is registered, leave the connection to the waiters that come (they
@@ -290,17 +290,10 @@ class Listener:
         ):
             self._checked = time.monotonic()
             self._check_primary(connection)
-        try:
-            if seconds is None:  # the connection's own read timeout
-                reply = connection.read_response(**self._options)
-            elif seconds > 0 and self._timed_reads:  # one read, as redis-py 8 can
-                reply = connection.read_response(timeout=seconds, **self._options)
-            elif connection.can_read(timeout=seconds):
-                reply = connection.read_response(**self._options)
-            else:
-                self._quiet(connection)
-                return False
-        except errors.TIMEOUT:
+        replies = self._replies
+        assert replies is not None, "set with the connection"
+        reply = replies.read(seconds)
+        if reply is NOTHING:
             self._quiet(connection)
             return False
         self._heard, self._pinged = time.monotonic(), None
@@ -339,13 +332,18 @@ class Listener:
     def _dispatch(self, data: bytes | str) -> None:
         """``secret:token:acquired_at`` hands a lock over; ``secret:lease_ms`` nudges."""
         text = text_of(data)
-        secret, *numbers = text.split(":")
+        parts = text.split(":")
         try:
-            values = [int(number) for number in numbers]
-            message: Grant | Nudge = Grant(*values) if len(values) == 2 else Nudge(*values)
-        except (TypeError, ValueError):
+            if len(parts) == 3:
+                message: Grant | Nudge = Grant(int(parts[1]), int(parts[2]))
+            elif len(parts) == 2:
+                message = Nudge(int(parts[1]))
+            else:
+                raise ValueError(text)
+        except ValueError:
             logger.warning("Ignored a malformed message on %s: %r", self.channel, text[:100])
             return
+        secret = parts[0]
         with self._mutex:
             if isinstance(message, Grant):
                 ticket = self._tickets.pop(secret, None)

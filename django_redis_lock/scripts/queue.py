@@ -28,14 +28,21 @@ end
 _PRELUDE = (
     _CLOCK
     + """
--- ``last``: the lock's last token if read already (false: none), nil to read it here.
-local function grant(lock, secret, ttl, owner, label, now, last)
+-- ``last``: the lock's last token if read already (false: none), nil to read it here;
+-- ``released``: the secret of the hold released just before (field r), if any.
+local function grant(lock, secret, ttl, owner, label, now, last, released)
   if last == nil then last = redis.call('HGET', lock, 't') end
   last = tonumber(last or '') or 0  -- a token someone else wrote may be any text
   if last >= 9e15 then last = 0 end
   local token = math.max(last + 1, now)
-  redis.call('HSET', lock, 's', secret, 't', string.format('%d', token), 'o', owner,
-             'l', label, 'a', string.format('%d', now))
+  local at = string.format('%d', now)
+  if released then
+    redis.call('HSET', lock, 's', secret, 't', string.format('%d', token), 'o', owner,
+               'l', label, 'a', at, 'r', released)
+  else
+    redis.call('HSET', lock, 's', secret, 't', string.format('%d', token), 'o', owner,
+               'l', label, 'a', at)
+  end
   redis.call('PEXPIRE', lock, ttl)
   return token
 end
@@ -50,9 +57,10 @@ end
 
 _QUEUE_PRELUDE = """
 -- The first waiter whose deadline has not passed; dead entries in front of it are dropped.
-local function first_live(queue, waiters, now_ms)
+-- ``head``: the queue's first entry if read already.
+local function first_live(queue, waiters, now_ms, head)
   while true do
-    local head = redis.call('ZRANGE', queue, 0, 0)[1]
+    if not head then head = redis.call('ZRANGE', queue, 0, 0)[1] end
     if not head then return nil end
     local raw = redis.call('HGET', waiters, head)
     if raw then
@@ -61,6 +69,7 @@ local function first_live(queue, waiters, now_ms)
     end
     redis.call('ZREM', queue, head)
     redis.call('HDEL', waiters, head)
+    head = nil
   end
 end
 
@@ -74,14 +83,15 @@ local function nudge_first(queue, waiters, now_ms, lease_ms)
 end
 
 -- Give the free lock to the first live waiter and tell its process; false if nobody waits.
-local function hand_over(lock, queue, waiters, now)
+-- ``last``, ``released``: as grant() takes them; ``head``: as first_live() does.
+local function hand_over(lock, queue, waiters, now, last, released, head)
   local now_ms = math.floor(now / 1000)
-  local secret, entry = first_live(queue, waiters, now_ms)
+  local secret, entry = first_live(queue, waiters, now_ms, head)
   if not secret then return false end
   redis.call('ZREM', queue, secret)
   redis.call('HDEL', waiters, secret)
   local lease = math.min(entry.t, HANDOVER_LEASE_MS)
-  local token = grant(lock, secret, lease, entry.o, entry.l, now)
+  local token = grant(lock, secret, lease, entry.o, entry.l, now, last, released)
   redis.call('PUBLISH', entry.c, secret .. ':' .. string.format('%d', token) .. ':' ..
              string.format('%d', now))
   -- The next waiter was never first, so it looks again within NEXT_WAITER_SLICE_MS anyway:
@@ -216,9 +226,11 @@ if held[1] ~= ARGV[1] then
   return 0
 end
 local t = redis.call('TIME')
-record_release(held[3] or held[4], tonumber(t[1]) * 1000000 + tonumber(t[2]))
-redis.call('HSET', KEYS[1], 'r', ARGV[1])
-if redis.call('EXISTS', KEYS[2]) == 0 then  -- nobody waits: tombstone() inline
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+record_release(held[3] or held[4], now)
+local head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+if not head then  -- nobody waits: tombstone() inline
+  redis.call('HSET', KEYS[1], 'r', ARGV[1])
   redis.call('HDEL', KEYS[1], 's', 'o', 'l', 'a')
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return 1
@@ -227,7 +239,11 @@ end
     + _PRELUDE
     + _QUEUE_PRELUDE
     + """
-return free(KEYS[1], KEYS[2], KEYS[3], now_us(), ARGV[2])
+-- The grant sets r in the same command; the lock's token was read above.
+if hand_over(KEYS[1], KEYS[2], KEYS[3], now, held[4], ARGV[1], head) then return 2 end
+redis.call('HSET', KEYS[1], 'r', ARGV[1])
+tombstone(KEYS[1], ARGV[2])
+return 1
 """
 )
 

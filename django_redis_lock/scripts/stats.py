@@ -28,6 +28,12 @@ def counted_lua(stats: str, field: str, indent: str) -> str:
     return "\n".join(indent + line for line in lines)
 
 
+# The bucket in Lua, without a table of the bounds (built at every call of a script): the
+# bounds below an hour are 1, 2, 3, 5 and 7 times a power of ten, five to a decade, so the
+# bucket of a value is five per decade below its own and its leading digits' place in it.
+_LAST_BUCKET = len(BOUNDS_MS)
+_HOUR_MS = BOUNDS_MS[-1]
+
 # Recording into a lock's statistics hash (KEYS[4] of the scripts that record): ``n``
 # acquisitions recorded at their release, ``b`` busy answers (an acquire's first), ``l`` lost
 # holds (found gone by their holder), ``f`` forced holds (found gone by their holder after an
@@ -35,19 +41,17 @@ def counted_lua(stats: str, field: str, indent: str) -> str:
 # the lock's timeout (ms, as last released), ``h<i>``/``w<i>`` the hold and wait histograms'
 # buckets. Run through pcall: a statistics key someone else broke never fails a release.
 STATS_LUA = (
-    "local BOUNDS = {"
-    + ", ".join(str(bound) for bound in BOUNDS_MS)
-    + "}\n"
-    + f"local STATS_TTL_MS, FIRST_STATS_TTL_MS = {STATS_TTL_MS}, {FIRST_STATS_TTL_MS}\n"
+    f"local STATS_TTL_MS, FIRST_STATS_TTL_MS = {STATS_TTL_MS}, {FIRST_STATS_TTL_MS}\n"
+    + f"local LAST_BUCKET, HOUR_MS = {_LAST_BUCKET}, {_HOUR_MS}\n"
     + """
-local function bucket(ms)  -- the histogram bucket of a value: the first bound above it
+-- The histogram bucket of a value (ms): how many bounds are at or below it.
+local function bucket(ms)
   if ms < 1 then return 0 end
-  local lo, hi = 2, #BOUNDS + 1
-  while lo < hi do
-    local mid = math.floor((lo + hi) / 2)
-    if ms < BOUNDS[mid] then hi = mid else lo = mid + 1 end
-  end
-  return lo - 1
+  if ms >= HOUR_MS then return LAST_BUCKET end
+  local decade = #string.format('%d', ms) - 1  -- digits before the point, less one
+  local lead = ms / 10 ^ decade  -- from 1 to under 10
+  local step = lead < 2 and 1 or lead < 3 and 2 or lead < 5 and 3 or lead < 7 and 4 or 5
+  return decade * 5 + step
 end
 
 local function count(stats, field)
@@ -66,20 +70,36 @@ end
 -- (bucket 0, most of them) are not written: they are the holds recorded less the other waits.
 -- The hash's lifetime is set at its first and second recorded hold, then at most once an hour
 -- (``e``: the hour of the last, by the server's clock), not at every release: one command less.
+-- A number read back as this library writes it (a whole number from 0 up to Lua's exact
+-- integers); anything else someone else wrote (text, inf, nan, below zero) counts as 0.
+local function whole(value)
+  local number = tonumber(value or '') or 0
+  if not (number >= 0 and number < 9e15) then return 0 end
+  return math.floor(number)
+end
+
+-- One read and one write (the script runs alone, so the counts cannot change between them):
+-- fewer commands than an HINCRBY per counter.
 local function record(stats, hold_ms, wait_ms, ttl_ms, now)
-  local recorded = redis.call('HINCRBY', stats, 'n', 1)
-  redis.call('HINCRBY', stats, 'h' .. bucket(hold_ms), 1)
-  if wait_ms >= 1 then redis.call('HINCRBY', stats, 'w' .. bucket(wait_ms), 1) end
-  local seen = redis.call('HMGET', stats, 'm', 't', 'e')
-  local longest = tonumber(seen[1] or '') or 0
-  -- Not what this library writes (inf, nan, below zero, past Lua's exact integers): forgotten.
-  if not (longest >= 0 and longest < 9e15) then longest = 0 end
-  local hour = string.format('%d', math.floor(now / 3600000000))
-  local renew = recorded <= 2 or seen[3] ~= hour
-  if renew or hold_ms > longest or tonumber(seen[2] or '') ~= ttl_ms then
-    redis.call('HSET', stats, 'm', string.format('%d', math.max(hold_ms, longest)), 't', ttl_ms,
-               'e', hour)
+  local hold, waited = 'h' .. bucket(hold_ms), wait_ms >= 1 and 'w' .. bucket(wait_ms)
+  local seen
+  if waited then
+    seen = redis.call('HMGET', stats, 'n', 'm', 't', 'e', hold, waited)
+  else
+    seen = redis.call('HMGET', stats, 'n', 'm', 't', 'e', hold)
   end
+  local recorded = whole(seen[1]) + 1
+  local out = {'n', string.format('%d', recorded), hold, string.format('%d', whole(seen[5]) + 1)}
+  if waited then out[5], out[6] = waited, string.format('%d', whole(seen[6]) + 1) end
+  local longest = whole(seen[2])
+  local hour = string.format('%d', math.floor(now / 3600000000))
+  local renew = recorded <= 2 or seen[4] ~= hour
+  if renew or hold_ms > longest or tonumber(seen[3] or '') ~= ttl_ms then
+    local at = #out
+    out[at + 1], out[at + 2] = 'm', string.format('%d', math.max(hold_ms, longest))
+    out[at + 3], out[at + 4], out[at + 5], out[at + 6] = 't', ttl_ms, 'e', hour
+  end
+  redis.call('HSET', stats, unpack(out))
   if renew then
     redis.call('PEXPIRE', stats, recorded > 1 and STATS_TTL_MS or FIRST_STATS_TTL_MS)
   end

@@ -13,7 +13,7 @@ from django_redis_lock import lock
 from django_redis_lock.runtime import runtime
 from django_redis_lock.runtime.listener import Listener
 from django_redis_lock.runtime.tickets import Grant, Message, SyncTicket
-from tests.helpers import hold, keys, listen, start, wait_until
+from tests.helpers import hold, keys, listen, queued_behind, start, wait_until
 
 
 class _Recorded(SyncTicket):
@@ -80,3 +80,20 @@ def test_a_reading_thread_and_an_async_waiter_are_both_handed_their_locks(
     for name in order:
         holders[name].release()
         assert waiters[name].result(5)
+
+
+def test_a_release_that_hands_the_lock_over_gives_up_the_core_once(
+    redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """So that the new holder, woken by the same reply, runs at once where it shares the core
+    (or the GIL); a release that hands nothing over goes straight on."""
+    from django_redis_lock.core import lock as lock_module
+
+    yielded: list[str] = []
+    monkeypatch.setattr(lock_module, "_let_run", lambda: yielded.append("yield"))
+    holder, waiting, taken = queued_behind("let-run", redis_client)
+    holder.release()
+    assert yielded == ["yield"]
+    assert taken.result(5)
+    waiting.release()  # nobody waits
+    assert yielded == ["yield"]
