@@ -158,6 +158,13 @@ class Primaries:
         """Requests read by all primaries, this call's own INFO commands included."""
         return sum(int(client.info("stats")["total_reads_processed"]) for client in self.clients)
 
+    def cpu(self, count: int) -> float:
+        """CPU seconds (user and system) the first ``count`` primaries have used so far."""
+        return sum(
+            float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+            for info in (client.info("cpu") for client in self.clients[:count])
+        )
+
     def flush(self) -> None:
         for client in self.clients:
             client.flushall()
@@ -168,6 +175,8 @@ class Cycle:
     micros: float
     requests: float  # per cycle, all primaries together
     slowest: float  # µs
+    client_cpu: float  # µs of the client's CPU per cycle
+    server_cpu: float  # µs of CPU per cycle, the primaries of the size together
 
 
 def uncontended(makers: dict[str, Make], primaries: Primaries, cycles: int) -> dict[str, Cycle]:
@@ -178,14 +187,20 @@ def uncontended(makers: dict[str, Make], primaries: Primaries, cycles: int) -> d
                 pass
     times: dict[str, list[float]] = {name: [] for name in makers}
     requests: dict[str, list[float]] = {name: [] for name in makers}
+    client_cpu: dict[str, list[float]] = {name: [] for name in makers}
+    server_cpu: dict[str, list[float]] = {name: [] for name in makers}
     for _ in range(max(1, cycles // peers.ROUND_CYCLES)):
         for name, make in makers.items():
-            before = primaries.reads()
+            size = int(name.rsplit(" ", 1)[1])
+            before, servers_before = primaries.reads(), primaries.cpu(size)
+            client_before = time.thread_time()
             for _ in range(peers.ROUND_CYCLES):
                 started = time.perf_counter()
                 with make():
                     pass
                 times[name].append(time.perf_counter() - started)
+            client_cpu[name].append((time.thread_time() - client_before) / peers.ROUND_CYCLES)
+            server_cpu[name].append((primaries.cpu(size) - servers_before) / peers.ROUND_CYCLES)
             infos = len(primaries.clients)  # the second reads()'s own commands
             requests[name].append((primaries.reads() - before - infos) / peers.ROUND_CYCLES)
     return {
@@ -193,6 +208,8 @@ def uncontended(makers: dict[str, Make], primaries: Primaries, cycles: int) -> d
             statistics.median(times[name]) * 1e6,
             statistics.median(requests[name]),
             max(times[name]) * 1e6,
+            statistics.median(client_cpu[name]) * 1e6,
+            statistics.median(server_cpu[name]) * 1e6,
         )
         for name in makers
     }
@@ -319,6 +336,15 @@ def _micros(results: Results, library: str, size: int) -> float:
     return statistics.median(cycle.micros for cycle in results.cycles[label(library, size)])
 
 
+def _cpu(results: Results, library: str, size: int) -> tuple[float, float]:
+    """The client's and the primaries' CPU per cycle (µs), medians of the repeats."""
+    found = results.cycles[label(library, size)]
+    return (
+        statistics.median(cycle.client_cpu for cycle in found),
+        statistics.median(cycle.server_cpu for cycle in found),
+    )
+
+
 def _requests(results: Results, library: str, size: int) -> float:
     return statistics.median(cycle.requests for cycle in results.cycles[label(library, size)])
 
@@ -360,6 +386,11 @@ def rows(results: Results) -> list[str]:
         "compare-and-delete script the same way, on a connection per primary: the least a "
         f"quorum lock sends, with nothing else): {sizes(floor, floor_requests)}; on two cores "
         "shared by the client and the primaries, the primaries' work does not overlap",
+        "where a cycle's time goes: the client's CPU and the primaries' (together), µs per "
+        "cycle, on 1, 3 and 5 primaries (``time.thread_time`` in the client, the servers' "
+        f"``used_cpu_user`` and ``used_cpu_sys``): the {FLOOR} {_cpus(results, FLOOR)}; "
+        f"django_redis_lock {_cpus(results, OURS)}. Two cores run the client and the "
+        "primaries, so a cycle takes at least half the CPU it uses, and at least the client's",
         "django_redis_lock against pottery at the same size: "
         + ", ".join(
             f"{ours[size] / theirs[size]:.2f}x on {size} primar{'y' if size == 1 else 'ies'}"
@@ -376,9 +407,16 @@ def rows(results: Results) -> list[str]:
     ]
 
 
+def _cpus(results: Results, library: str) -> str:
+    return ", ".join("{:.0f} + {:.0f}".format(*_cpu(results, library, size)) for size in SIZES)
+
+
 def summary(results: Results) -> str:
     """The same figures as a plain table, and the target of issue 13."""
-    lines = [f"{'':28} {'µs/cycle':>9} {'x own 1':>8} {'requests':>9} {'slowest ms':>11}"]
+    lines = [
+        f"{'':28} {'µs/cycle':>9} {'x own 1':>8} {'requests':>9} {'slowest ms':>11} "
+        f"{'client CPU':>11} {'servers CPU':>12}"
+    ]
     for library in (OURS, POTTERY, FLOOR):
         one = _micros(results, library, 1)
         for size in SIZES:
@@ -386,9 +424,10 @@ def summary(results: Results) -> str:
             found = results.cycles[label(library, size)]
             requests = statistics.median(cycle.requests for cycle in found)
             slowest = statistics.median(cycle.slowest for cycle in found) / 1000
+            client, server = _cpu(results, library, size)
             lines.append(
                 f"{label(library, size):28} {micros:9.0f} {micros / one:7.2f}x {requests:9.2f} "
-                f"{slowest:11.1f}"
+                f"{slowest:11.1f} {client:11.0f} {server:12.0f}"
             )
     for size in SIZES:
         ratio = _micros(results, OURS, size) / _micros(results, POTTERY, size)
