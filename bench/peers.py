@@ -1118,7 +1118,8 @@ taken in one interleaved run, are what compares.
   what DESIGN.md has every lock store: secret, fencing token from the server's clock, owner,
   label, start time) about 29 µs; django_redis_lock's two scripts 45 to 55 µs: the acquire
   script 17 to 22 µs, the release 23 µs and about 10 more to record the hold in the
-  statistics. A script call costs about 2.5 µs before it does anything, four keys and five
+  statistics (after this round's changes to the release, below: 15 and 27 µs in an hour
+  when the previous scripts took 17 and 29). A script call costs about 2.5 µs before it does anything, four keys and five
   arguments about 3 µs more, each ``redis.call`` about 1 µs.
 - "our scripts, bare" is those two scripts sent with exactly what a Lock sends, through the
   lock's backend, and no Lock around them: what storing what django_redis_lock stores costs.
@@ -1154,31 +1155,41 @@ after publishing the grant (the grant leaves Redis only when the script ends) un
 lease is shorter than the next waiter's look; a held lock stores its start time only when it
 differs from its fencing token (16 bytes less).
 
-*Hand-over: the hops.* The waiting thread now reads its process's wake-up channel itself
-when nobody else does (the usual case: one waiter per process and lock), so the grant no
-longer goes through the listener thread (that hop cost 24 to 32 µs). In A/B runs of the
-contended benchmark against the previous release, interleaved: 538 against 509 µs with
-hiredis, 650 against 587 µs without (an hour when a PING took about 110 µs).
-Timestamps in the four contending processes, in runs of that hour (medians): the holder's
-``release()`` call takes 230 to 253 µs (a bare ``PUBLISH`` call 152 to 205 µs); the grant is
-readable in the waiting process 4 to 12 µs after that call returns; reading and dispatching it
-in the waiting thread takes 78 to 86 µs (redis-py 8's read with its push handling, then our
-dispatch: 56 and 24 to 28 µs measured apart, in a thread just woken, its caches cold); the
-acquire returns 45 to 48 µs later (the flow's end, the new hold's record). In Redis (``INFO
-commandstats``, single calls in sequence): the release that hands over takes 48 to 50 µs, of
-which about 15 record the hold in the statistics; an acquire that queues 45 µs; a ``PUBLISH``
-1.5 µs.
+*Hand-over: the hops.* A hand-over is the holder's release, the release script in Redis
+(the queue's head, the grant, the fencing token, the statistics, the ``PUBLISH``), then the
+waiting thread woken, reading the grant and returning from its acquire. Timestamps in the
+four contending processes while preparing the run above (medians, an hour when a ``PING``
+took 40 to 90 µs): 12 µs of Python from the holder's ``release()`` to its request leaving
+(the lane's look at its connection is 3 of them); the release's round trip 117 µs, of which
+its script is 30 to 34 µs in Redis (``INFO commandstats`` around single calls; the
+statistics 6 to 9 of them); the grant read in the waiting process 8 to 12 µs after the holder
+has its reply (Redis writes the caller's reply before the messages its script published);
+dispatching it 7 µs; the acquire returns 21 µs later (the flow's end, the new hold's record).
+
+*Fixed in this round:* in the previous round the waiting thread began to read its process's
+wake-up channel itself when nobody else does (the usual case: one waiter per process and
+lock), so the grant no longer goes through the listener thread (that hop cost 24 to 32 µs).
+In this one, with hiredis installed, that channel is read straight off its socket with
+hiredis's parser (``backends/wire.py``): redis-py 8's read of a message already there took
+24 µs, through its push handling and bookkeeping, where hiredis fed from the socket takes 12.
+The release script does less in Redis: the statistics are one read and one write instead of
+an increment per counter, the histogram's bucket is computed instead of looked up in a table
+built at every call, the queue and the clock are looked at once, the lock's token is reused,
+and the grant writes the released secret in the same command (47 against 44 µs in an
+interleaved A/B of the two scripts). A release that handed the lock over gives up its core
+once (``sched_yield``): the holder's thread, woken first by Redis's reply, would otherwise
+run on while the new holder waits for a core (interleaved A/B, 12 rounds: 231 against
+206 µs, the yielding one quicker in 10). The contended benchmark's hand-over against the
+previous commit, interleaved: 216 against 181 µs before the yield; with it, in 16
+interleaved rounds against the spin loop, 156 against 162 µs, below it in 12.
 
 *The raw pub/sub ring.* Not a lock: the contending processes pass one token round a ring,
 each blocked in a read of its own subscription, each release one ``PUBLISH`` to the next.
-It is the least a hand-over that wakes a sleeping waiter can cost, amid the same load, and it
-comes out well below the spin loop: waking a sleeping process is not what keeps
-django_redis_lock from matching the spin loop. What does is the work a fair, crash-safe
-hand-over does on that path, above: the release script (the queue, the grant, the fencing
-token, the statistics) against one ``PUBLISH``, every waiter's queued attempt in Redis, and
-the Python of a woken thread (reading, dispatching, returning through the acquire) against a
-bare read. The spin loop pays with a core and with its worst waits (see its row); the ring
-has no queue, no lease and no recovery from a crashed holder. The target stays missed.
+It is the least a hand-over that wakes a sleeping waiter can cost, amid the same load. What
+a fair, crash-safe hand-over adds on that path is above: the release script (30 µs in Redis,
+against a ``PUBLISH``'s 1.5) and the woken thread's Python (about 30 µs from the read to the
+acquire's return). The spin loop pays with a core and with its worst waits (see its row);
+the ring has no queue, no lease and no recovery from a crashed holder.
 
 *Worst waits with 16 processes.* The worst wait is one sample in 800 per repeat, on two cores
 shared by sixteen processes (each with a listener and a watchdog thread) and the server. Runs
@@ -1195,12 +1206,19 @@ every library alike: the two full runs since gave 3.7x and 3.6x.
 
 *Quorum: the floor.* The row "raw fan-out floor" (bench/quorum.py) sends ``SET NX PX`` to
 every primary before reading any reply, then the compare-and-delete script the same way, on
-a bare connection per primary: the least any quorum lock sends. What it pays for each
-primary beyond the first does not overlap here: the client's ``sendall``, ``recv`` and parse
-per primary and step, and three servers and the client on two cores. Our single-primary
-cycle plus that cost is the "at best" ratio in the targets: above 1.3x on this machine.
-Across machines, where a round trip costs hundreds of microseconds and every primary has a
-core, the ratio falls toward 1.
+a bare connection per primary: the least any quorum lock sends. The row "where a cycle's
+time goes" is its profile: the client's CPU (``time.thread_time``) and the primaries' (their
+``used_cpu_user`` and ``used_cpu_sys``) per cycle. Each primary beyond the first adds the
+client's ``sendall``, ``recv`` and parse per step and a server's work, and on two cores
+shared by the client and the servers they do not overlap: while preparing the run above the
+floor used 40 + 31 µs of CPU per cycle on one primary and 116 + 109 on three, 154 µs more,
+at least 77 µs of wall time on two cores, where our whole single-primary cycle took 243 µs.
+Our single-primary cycle plus the floor's added time for two more primaries is the "at best"
+ratio in the targets: above 1.3x on this machine, whatever a lock does in Python. Ours adds
+more than the floor per primary (our scripts' work in each server, and our Python per
+primary and step), which the profile row shows beside the floor's. Across machines, where a
+round trip costs hundreds of microseconds and every primary has a core, the ratio falls
+toward 1.
 
 Reading the numbers
 -------------------

@@ -46,7 +46,7 @@ STATS_LUA = (
     + """
 -- The histogram bucket of a value (ms): how many bounds are at or below it.
 local function bucket(ms)
-  if ms < 1 then return 0 end
+  if not (ms >= 1) then return 0 end  -- nan too: a start time someone else wrote
   if ms >= HOUR_MS then return LAST_BUCKET end
   local decade = #string.format('%d', ms) - 1  -- digits before the point, less one
   local lead = ms / 10 ^ decade  -- from 1 to under 10

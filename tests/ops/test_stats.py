@@ -54,6 +54,9 @@ def test_the_scripts_put_values_in_the_buckets_python_computes(redis_client: red
     script = f"{STATS_LUA}\nlocal out = {{}}\n{each}\nreturn out"
     found = redis_client.eval(script, 0, *(repr(value) for value in values))
     assert found == [bucket_of(value) for value in values]
+    # Not a number (a start time someone else wrote): the first bucket; past an hour: the last.
+    odd = f"{STATS_LUA}\nreturn {{bucket(0/0), bucket(1/0), bucket(1e300)}}"
+    assert redis_client.eval(odd, 0) == [0, len(BOUNDS_MS), len(BOUNDS_MS)]
 
 
 @pytest.mark.parametrize(("micros", "bucket"), [(40_000, "30 ms-50 ms"), (4_200_000, "3 s-5 s")])
