@@ -1119,8 +1119,8 @@ taken in one interleaved run, are what compares.
   label, start time) about 29 µs; django_redis_lock's two scripts 45 to 55 µs: the acquire
   script 17 to 22 µs, the release 23 µs and about 10 more to record the hold in the
   statistics (after this round's changes to the release, below: 15 and 27 µs in an hour
-  when the previous scripts took 17 and 29). A script call costs about 2.5 µs before it does anything, four keys and five
-  arguments about 3 µs more, each ``redis.call`` about 1 µs.
+  when the previous scripts took 17 and 29). A script call costs about 2.5 µs before it does
+  anything, four keys and five arguments about 3 µs more, each ``redis.call`` about 1 µs.
 - "our scripts, bare" is those two scripts sent with exactly what a Lock sends, through the
   lock's backend, and no Lock around them: what storing what django_redis_lock stores costs.
   Redis's extra work for the metadata is about what redis-py's ``Lock`` spends in Python over
