@@ -6,7 +6,9 @@ events and observability hooks. On a small machine that is about a fifth of a sc
 time, and a lock cycle is two of them. A :class:`Lane` keeps connections configured exactly
 like the pool's (the same class and options: address, database, credentials, TLS, timeouts,
 retries, health checks) in a free list of its own: a call takes one, sends, reads, and puts it
-back. What the pool guards against, the lane guards against too:
+back, packing the script's command itself (``backends/wire.py``: a lock's dozen arguments
+cost the client's general packer twice as much). What the pool guards against, the lane
+guards against too:
 
 - a connection that died while idle, or has unread data, is found by a ``poll`` before it is
   used and replaced (as the pool does, where redis-py 8 does not skip that look);
@@ -38,6 +40,7 @@ from typing import Any
 
 from django_redis_lock.backends import errors
 from django_redis_lock.backends.clients import Client, instance_of, is_sentinel_pool
+from django_redis_lock.backends.wire import pack_command
 
 # Pools whose connections a lane may copy: the plain ones of both libraries (and subclasses).
 _PLAIN_POOLS = ("redis.connection.ConnectionPool", "valkey.connection.ConnectionPool")
@@ -155,7 +158,9 @@ def _call(connection: Any, command: tuple[Any, ...]) -> Any:
     # connect(), where redis-py 8 connects one that sends unconnected to the address it had.
     if getattr(connection, "_sock", None) is None:
         connection.connect()
-    connection.send_command(*command)
+    encoder = connection.encoder
+    packed = pack_command(command, encoder.encoding, encoder.encoding_errors)
+    connection.send_packed_command([packed])
     return connection.read_response()
 
 

@@ -45,6 +45,7 @@ from django_redis_lock.backends.quorum_replies import (
 )
 from django_redis_lock.backends.servers import address_of
 from django_redis_lock.backends.single import LockBackend
+from django_redis_lock.backends.wire import bulk
 from django_redis_lock.conf import lock_settings
 from django_redis_lock.scripts import ScriptName
 
@@ -81,26 +82,6 @@ def _resendable(error: Exception, reused: bool) -> bool:
     on a new connection: it went out on a connection made before (which may have died while
     idle: the server restarted since), or a demoted primary refused it (READONLY)."""
     return reused or demoted(error)
-
-
-def bulk(parts: Sequence[Any], encoding: str = "utf-8", errors: str = "strict") -> bytes:
-    """``parts`` as the Redis protocol sends the elements of a command (bulk strings), as the
-    client's own packer makes them from the short arguments of a lock's scripts, in a fraction
-    of its time: a quorum packs each step once per primary, and its arguments once for all."""
-    out = []
-    for part in parts:
-        if isinstance(part, str):
-            data = part.encode(encoding, errors)
-        elif isinstance(part, bytes):
-            data = part
-        elif isinstance(part, int) and not isinstance(part, bool):
-            data = b"%d" % part
-        elif isinstance(part, float):
-            data = repr(part).encode()
-        else:
-            raise TypeError(f"Cannot send {type(part).__name__} to Redis: {part!r}")
-        out.append(b"$%d\r\n%s\r\n" % (len(data), data))
-    return b"".join(out)
 
 
 class QuorumBackend(QuorumPlans):

@@ -791,16 +791,36 @@ def test_primaries_skipped_as_away_are_asked_when_others_fail_since(
         ("EVALSHA", "b", 1, "ключ", -5, 1.5, b"\x00\xff", "x" * 1000),
     ],
 )
-def test_a_quorum_packs_commands_as_the_client_does(parts: tuple[Any, ...]) -> None:
+@pytest.mark.parametrize("hiredis", [True, False])
+def test_a_lock_packs_commands_as_the_client_does(
+    parts: tuple[Any, ...], hiredis: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The quorum's packer and the lane's (hiredis's where installed, else the quorum's)."""
     from redis.connection import PythonRespSerializer  # redis-py's own packer
 
-    from django_redis_lock.backends.quorum import bulk
+    from django_redis_lock.backends import wire
 
+    if hiredis and wire.hiredis is None:
+        pytest.skip("hiredis is not installed")
+    if not hiredis:
+        monkeypatch.setattr(wire, "hiredis", None)
     encoder = redis.Redis().get_encoder()
     expected = b"".join(PythonRespSerializer(6000, encoder.encode).pack(*parts))
-    assert b"*%d\r\n" % len(parts) + bulk(parts) == expected
+    assert b"*%d\r\n" % len(parts) + wire.bulk(parts) == expected
+    assert wire.pack_command(parts, "utf-8", "strict") == expected
     with pytest.raises(TypeError, match="Cannot send"):
-        bulk(("EVALSHA", None))
+        wire.bulk(("EVALSHA", None))
+
+
+def test_a_client_that_encodes_text_otherwise_gets_its_own_encoding() -> None:
+    from redis.connection import Encoder, PythonRespSerializer
+
+    from django_redis_lock.backends import wire
+
+    parts = ("EVALSHA", "a" * 40, 1, "clé", "été", 5)
+    encoder = Encoder("latin-1", "strict", False)
+    expected = b"".join(PythonRespSerializer(6000, encoder.encode).pack(*parts))
+    assert wire.pack_command(parts, "latin-1", "strict") == expected
 
 
 def test_each_thread_and_each_forked_child_talks_on_connections_of_its_own(
