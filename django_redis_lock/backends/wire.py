@@ -40,14 +40,14 @@ _BUFFER_BYTES = 65536
 _NO_DATA = (TimeoutError, BlockingIOError, ssl.SSLWantReadError)
 
 
-def bulk(parts: Sequence[Any], encoding: str = "utf-8", errors: str = "strict") -> bytes:
+def bulk(parts: Sequence[Any], encoding: str = "utf-8", encoding_errors: str = "strict") -> bytes:
     """``parts`` as the Redis protocol sends the elements of a command (bulk strings), as the
     client's own packer makes them from the short arguments of a lock's scripts, in a fraction
     of its time: a quorum packs each step once per primary, and its arguments once for all."""
     out = []
     for part in parts:
         if isinstance(part, str):
-            data = part.encode(encoding, errors)
+            data = part.encode(encoding, encoding_errors)
         elif isinstance(part, bytes):
             data = part
         elif isinstance(part, int) and not isinstance(part, bool):
@@ -60,13 +60,14 @@ def bulk(parts: Sequence[Any], encoding: str = "utf-8", errors: str = "strict") 
     return b"".join(out)
 
 
-def pack_command(command: Sequence[Any], encoding: str, errors: str) -> bytes:
+def pack_command(command: Sequence[Any], encoding: str, encoding_errors: str) -> bytes:
     """``command`` packed as the client library packs it (for a connection that encodes text
-    as ``encoding`` with ``errors``): by hiredis where it packs the same, else by :func:`bulk`."""
-    if hiredis is not None and encoding in _HIREDIS_ENCODINGS and errors == "strict":
+    as ``encoding`` with ``encoding_errors``): by hiredis where it packs the same, else by
+    :func:`bulk`."""
+    if hiredis is not None and encoding in _HIREDIS_ENCODINGS and encoding_errors == "strict":
         packed: bytes = hiredis.pack_command(tuple(command))
         return packed
-    return b"*%d\r\n" % len(command) + bulk(command, encoding, errors)
+    return b"*%d\r\n" % len(command) + bulk(command, encoding, encoding_errors)
 
 
 class Replies(Protocol):

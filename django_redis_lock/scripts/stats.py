@@ -54,6 +54,14 @@ local function bucket(ms)
   return decade * 5 + step
 end
 
+-- A number read back as this library writes it (a whole number from 0 up to Lua's exact
+-- integers); anything else someone else wrote (text, inf, nan, below zero) counts as 0.
+local function whole(value)
+  local number = tonumber(value or '') or 0
+  if not (number >= 0 and number < 9e15) then return 0 end
+  return math.floor(number)
+end
+
 local function count(stats, field)
 """
     + counted_lua("stats", "field", "  ")
@@ -70,16 +78,8 @@ end
 -- (bucket 0, most of them) are not written: they are the holds recorded less the other waits.
 -- The hash's lifetime is set at its first and second recorded hold, then at most once an hour
 -- (``e``: the hour of the last, by the server's clock), not at every release: one command less.
--- A number read back as this library writes it (a whole number from 0 up to Lua's exact
--- integers); anything else someone else wrote (text, inf, nan, below zero) counts as 0.
-local function whole(value)
-  local number = tonumber(value or '') or 0
-  if not (number >= 0 and number < 9e15) then return 0 end
-  return math.floor(number)
-end
-
--- One read and one write (the script runs alone, so the counts cannot change between them):
--- fewer commands than an HINCRBY per counter.
+-- It reads the hash once and writes it once (the script runs alone: nothing changes between
+-- the two), fewer commands than an HINCRBY per counter.
 local function record(stats, hold_ms, wait_ms, ttl_ms, now)
   local hold, waited = 'h' .. bucket(hold_ms), wait_ms >= 1 and 'w' .. bucket(wait_ms)
   local seen
