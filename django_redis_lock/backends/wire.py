@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from django_redis_lock.backends import errors
+from django_redis_lock.backends.base import read_options, timed_reads
 
 try:
     import hiredis
@@ -79,15 +80,12 @@ class Replies(Protocol):
         connection, raises."""
 
 
-def replies_of(
-    connection: Any, read_timeout: float, options: dict[str, bool], timed: bool
-) -> Replies:
+def replies_of(connection: Any, read_timeout: float) -> Replies:
     """How to read ``connection`` (connected, its handshake done, nothing read since): from its
-    socket when hiredis is installed and the connection has one, else through the client.
-    ``options`` and ``timed``: what the client's ``read_response`` takes (see backends.base)."""
+    socket when hiredis is installed and the connection has one, else through the client."""
     sock = getattr(connection, "_sock", None)
     if hiredis is None or not isinstance(sock, socket.socket):
-        return ClientReplies(connection, options, timed)
+        return ClientReplies(connection)
     return SocketReplies(sock, read_timeout)
 
 
@@ -131,10 +129,11 @@ class ClientReplies:
 
     __slots__ = ("_connection", "_options", "_timed")
 
-    def __init__(self, connection: Any, options: dict[str, bool], timed: bool) -> None:
+    def __init__(self, connection: Any) -> None:
         self._connection = connection
-        self._options = options
-        self._timed = timed
+        # What its read_response takes (see backends.base).
+        self._options = read_options(connection)
+        self._timed = timed_reads(connection)
 
     def read(self, seconds: float | None) -> Any:
         connection, options = self._connection, self._options

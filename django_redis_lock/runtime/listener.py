@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from django_redis_lock.backends import errors
-from django_redis_lock.backends.base import read_options, text_of, timed_reads
+from django_redis_lock.backends.base import text_of
 from django_redis_lock.backends.single import LockBackend
 from django_redis_lock.backends.wire import NOTHING, Replies, replies_of
 from django_redis_lock.runtime.tickets import Grant, Nudge, SyncTicket, Ticket
@@ -243,8 +243,7 @@ class Listener:
         moved."""
         self._heard = self._checked = time.monotonic()
         self._pinged = None
-        options, timed = read_options(connection), timed_reads(connection)
-        self._replies = replies_of(connection, self._read_seconds, options, timed)
+        self._replies = replies_of(connection, self._read_seconds)
         self._connection = connection
         self._subscribed = False
         try:
@@ -332,18 +331,13 @@ class Listener:
     def _dispatch(self, data: bytes | str) -> None:
         """``secret:token:acquired_at`` hands a lock over; ``secret:lease_ms`` nudges."""
         text = text_of(data)
-        parts = text.split(":")
+        secret, *numbers = text.split(":")
         try:
-            if len(parts) == 3:
-                message: Grant | Nudge = Grant(int(parts[1]), int(parts[2]))
-            elif len(parts) == 2:
-                message = Nudge(int(parts[1]))
-            else:
-                raise ValueError(text)
-        except ValueError:
+            values = [int(number) for number in numbers]
+            message: Grant | Nudge = Grant(*values) if len(values) == 2 else Nudge(*values)
+        except (TypeError, ValueError):
             logger.warning("Ignored a malformed message on %s: %r", self.channel, text[:100])
             return
-        secret = parts[0]
         with self._mutex:
             if isinstance(message, Grant):
                 ticket = self._tickets.pop(secret, None)

@@ -73,10 +73,8 @@ class SyncTicket:
     def wake(self, message: Message) -> None:
         """A grant, a nudge, or None to look again; from whichever thread read it."""
         self._inbox.put(message)
-        try:  # noqa: SIM105  (cheaper than contextlib.suppress on the wake-up's path)
+        with contextlib.suppress(RuntimeError):  # released already: a wake-up is pending
             self._signal.release()
-        except RuntimeError:  # released already: a wake-up is pending
-            pass
 
     def wait(self, seconds: float) -> Message:
         """What woke the waiter within ``seconds``; None when nothing did, or to look again."""

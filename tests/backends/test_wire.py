@@ -12,7 +12,6 @@ import pytest
 import redis
 
 from django_redis_lock.backends import errors, wire
-from django_redis_lock.backends.base import read_options, timed_reads
 from django_redis_lock.runtime import runtime
 from django_redis_lock.runtime.listener import Listener
 from tests.helpers import listen, queued_behind, wait_until
@@ -39,8 +38,7 @@ def subscribed(reader: str) -> Iterator[tuple[Any, wire.Replies]]:
     connection = runtime().backend().own_connection(read_timeout=READ_SECONDS)
     connection.connect()
     connection.send_command("SUBSCRIBE", "wire")
-    options, timed = read_options(connection), timed_reads(connection)
-    replies = wire.replies_of(connection, READ_SECONDS, options, timed)
+    replies = wire.replies_of(connection, READ_SECONDS)
     kind = wire.SocketReplies if reader == "socket" else wire.ClientReplies
     assert isinstance(replies, kind)
     assert _text(replies.read(None)) == ["subscribe", "wire", "1"]
