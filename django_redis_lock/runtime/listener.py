@@ -175,8 +175,9 @@ class Listener:
         again when it waits again) or a fault needs it."""
         with self._mutex:
             self._reading.release()
-            needed = self._failure is not None or any(
-                other is not ticket for other in self._tickets.values()
+            tickets = self._tickets  # a granted ticket is out of it already: mostly empty
+            needed = self._failure is not None or (
+                bool(tickets) and any(other is not ticket for other in tickets.values())
             )
         if needed:
             self._wanted.set()
@@ -333,8 +334,10 @@ class Listener:
         text = text_of(data)
         secret, *numbers = text.split(":")
         try:
-            values = [int(number) for number in numbers]
-            message: Grant | Nudge = Grant(*values) if len(values) == 2 else Nudge(*values)
+            if len(numbers) == 2:
+                message: Grant | Nudge = Grant(int(numbers[0]), int(numbers[1]))
+            else:
+                message = Nudge(*map(int, numbers))
         except (TypeError, ValueError):
             logger.warning("Ignored a malformed message on %s: %r", self.channel, text[:100])
             return

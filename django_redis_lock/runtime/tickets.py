@@ -34,9 +34,9 @@ class _Inbox:
         self._nudge: Nudge | None = None
 
     def put(self, message: Message) -> None:
-        if isinstance(message, Grant):
+        if type(message) is Grant:
             self._grant = message
-        elif isinstance(message, Nudge):
+        elif type(message) is Nudge:
             self._nudge = message
 
     def take(self) -> Message:
@@ -73,8 +73,11 @@ class SyncTicket:
     def wake(self, message: Message) -> None:
         """A grant, a nudge, or None to look again; from whichever thread read it."""
         self._inbox.put(message)
-        with contextlib.suppress(RuntimeError):  # released already: a wake-up is pending
+        # A bare try, where contextlib.suppress builds an object on the grant's way in.
+        try:
             self._signal.release()
+        except RuntimeError:  # released already: a wake-up is pending
+            return
 
     def wait(self, seconds: float) -> Message:
         """What woke the waiter within ``seconds``; None when nothing did, or to look again."""
