@@ -1238,15 +1238,15 @@ time goes" is its profile: the client's CPU (``time.thread_time``) and the prima
 client's ``sendall``, ``recv`` and parse per step and a server's work, and on two cores
 shared by the client and the servers they do not overlap: in the run above the floor used
 35 + 29 µs of CPU per cycle on one primary and 126 + 118 on three, 180 µs more, at least
-90 µs of wall time on two cores, where our whole single-primary cycle took 260 µs (1.35x).
-Our single-primary cycle plus the floor's added wall time for two more primaries (128 µs)
-is the "at best" ratio in the targets, 1.49x: above 1.3x on this machine, whatever a lock
-does in Python. Ours adds more than the floor per primary: about 93 µs of a server's CPU per
-primary and cycle against the floor's 39 (our scripts keep the owner, label, fencing token,
-tombstone and statistics on each primary, where the statistics are read back from a
-majority), and 60 µs of the client's per added primary against 45; the profile row shows
-both beside the floor's. Across machines, where a round trip costs hundreds of microseconds
-and every primary has a core, the ratio falls toward 1.
+90 µs of wall time on two cores, where our whole single-primary cycle took 260 µs (so at
+least 1.35x by CPU alone). Our single-primary cycle plus the floor's added wall time for two
+more primaries (128 µs) is the "at best" ratio in the targets, 1.49x: above 1.3x on this
+machine, whatever a lock does in Python. Ours adds more than the floor per primary: about
+93 µs of a server's CPU per primary and cycle against the floor's 39 (our scripts keep the
+owner, label, fencing token, tombstone and statistics on each primary, where the statistics
+are read back from a majority), and 60 µs of the client's per added primary against 45; the
+profile row shows both beside the floor's. Across machines, where a round trip costs
+hundreds of microseconds and every primary has a core, the ratio falls toward 1.
 
 Reading the numbers
 -------------------
