@@ -26,8 +26,10 @@ It holds at most one connection per thread calling at once, as the pool would, a
 than the pool may make (its ``max_connections``; calls beyond go through the pool); they live
 as long as the backend (``close()`` hangs them up). A blocking pool (the project bounds its
 waits on connections), a pool with a client-side cache, a credential provider (the pool
-re-authenticates the connections it knows when a token is renewed) and single-connection
-clients keep every call in the pool: :func:`lane_for` says which.
+re-authenticates the connections it knows when a token is renewed), single-connection
+clients, and a client whose ``execute_command`` is not its library's own (an instrumentation
+such as OpenTelemetry's or Sentry's wraps it to see every command, a subclass replaces it) keep
+every call in the pool: :func:`lane_for` says which.
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ _POOLS_KEPT = (
     "redis.connection.BlockingConnectionPool",
     "valkey.connection.BlockingConnectionPool",
 )
+# The client libraries whose own execute_command a lane may stand in for.
+_LIBRARIES = ("redis", "valkey")
 # What a look at an idle connection raises when it died.
 _DEAD: tuple[type[Exception], ...] = (OSError, *errors.CONNECTION, *errors.TIMEOUT)
 
@@ -67,7 +71,21 @@ def lane_for(client: Client) -> Lane | None:
         return None
     if options.get("credential_provider") is not None:  # the pool re-authenticates its own
         return None
+    if not _library_commands(client):
+        return None
     return Lane(client)
+
+
+def _library_commands(client: Client) -> bool:
+    """Whether ``client``'s commands run its library's own ``execute_command``: nothing wraps
+    it (instrumentations do, to see every command) and no subclass replaced it. Otherwise the
+    lock's calls stay in the pool, where that code sees them. Looked at when the backend is
+    made: an instrumentation set up later does not see the lock's scripts."""
+    method = getattr(type(client), "execute_command", None)
+    if method is None or hasattr(method, "__wrapped__"):
+        return False
+    module = getattr(method, "__module__", None) or ""
+    return module.partition(".")[0] in _LIBRARIES
 
 
 class Lane:

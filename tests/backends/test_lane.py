@@ -183,13 +183,15 @@ def test_closing_hangs_up_the_idle_connections(redis_client: redis.Redis) -> Non
 
 
 class _CountedConnects(redis.Connection):
-    """Counts the sockets it tries to open (every way of connecting, in redis-py 5 to 8, ends
-    in ``_connect``)."""
+    """Counts the sockets the test's thread tries to open (every way of connecting, in redis-py
+    5 to 8, ends in ``_connect``); not the watchdog's, which settles a failed attempt once the
+    server answers again and may try at any moment."""
 
     attempts = 0
 
     def _connect(self) -> Any:
-        _CountedConnects.attempts += 1
+        if threading.current_thread() is threading.main_thread():
+            _CountedConnects.attempts += 1
         return super()._connect()
 
 
@@ -218,3 +220,33 @@ def test_a_credential_provider_keeps_every_call_in_the_pool(redis_factory: Any) 
     with builtin_cache_with(server.url, credential_provider=provider) as alias:
         assert _lane(alias) is None
         _cycles("provided", alias, count=2)
+
+
+class WatchingClient(redis.Redis):
+    """A client whose own ``execute_command`` sees every command, as a project's may."""
+
+    seen: list[Any] = []
+
+    def execute_command(self, *args: Any, **options: Any) -> Any:
+        WatchingClient.seen.append(args[0])
+        return super().execute_command(*args, **options)
+
+
+def test_a_client_whose_commands_are_watched_keeps_every_call_in_the_pool(redis_url: str) -> None:
+    """A subclass (or an instrumentation) that replaced execute_command sees the lock's
+    scripts: they do not go beside it."""
+    caches = build_caches(redis_url)
+    caches["watched"] = {
+        **caches["default"],
+        "LOCATION": _on_db(redis_url, 5),  # django-redis shares a pool per URL
+        "OPTIONS": {
+            **caches["default"]["OPTIONS"],
+            "REDIS_CLIENT_CLASS": f"{__name__}.WatchingClient",
+        },
+    }
+    WatchingClient.seen.clear()
+    with override_settings(CACHES=caches):
+        assert _lane("watched") is None
+        _cycles("watched", "watched", count=2)
+    scripts = [command for command in WatchingClient.seen if command in ("EVALSHA", "EVAL")]
+    assert len(scripts) >= 4  # two acquires and two releases, at least

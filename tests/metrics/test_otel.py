@@ -53,6 +53,32 @@ def test_an_acquire_is_a_span_and_the_parent_of_redis_spans(
     assert children  # the acquire's own script, sent while its span was current
 
 
+def test_an_instrumented_client_spans_the_locks_scripts_under_the_acquire(
+    telemetry: Telemetry, redis_url: str
+) -> None:
+    """OpenTelemetry's redis-py instrumentation wraps the client's execute_command: the lock's
+    scripts then go through it (not on connections beside the pool), and it spans them."""
+    instrumentation = pytest.importorskip("opentelemetry.instrumentation.redis")
+    instrumentor = instrumentation.RedisInstrumentor()
+    instrumentor.instrument()
+    try:
+        with builtin_cache_with(redis_url) as alias:  # a backend made while instrumented
+            held = lock("traced:3", template="traced", using=alias)
+            assert held.acquire()
+            held.release()
+    finally:
+        instrumentor.uninstrument()
+    [acquire] = _spans(telemetry, "lock.acquire")
+    scripts = [
+        span for span in telemetry.spans.get_finished_spans() if span.name in ("EVALSHA", "EVAL")
+    ]
+    assert len(scripts) >= 2  # the acquire's and the release's
+    assert any(
+        span.parent is not None and span.parent.span_id == acquire.context.span_id
+        for span in scripts
+    )
+
+
 def test_a_busy_async_acquire_is_a_span_too(telemetry: Telemetry) -> None:
     async def main() -> None:
         async with lock("traced:2", template="traced"):
