@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from types import ModuleType
 from typing import Any
 
+from django.conf import settings
 from django.core.cache import BaseCache
 from django.core.cache.backends.redis import RedisCache as DjangoRedisCache
 from django.core.exceptions import ImproperlyConfigured
@@ -165,6 +166,35 @@ def library_class(value: object) -> type:
 def library_of(value: object) -> ModuleType:
     """The library a client (or pool) belongs to: ``redis`` or ``valkey``."""
     return importlib.import_module(library_class(value).__module__.partition(".")[0])
+
+
+def library_code(function: object) -> bool:
+    """Whether ``function`` is redis-py's or valkey-py's own: defined in either, and not
+    wrapped (an instrumentation's wrapper keeps the module of what it wraps)."""
+    if hasattr(function, "__wrapped__"):
+        return False
+    module = getattr(function, "__module__", None) or ""
+    return module.partition(".")[0] in _LIBRARIES
+
+
+# The settings django-redis's and django-valkey's caches read when their OPTIONS do not say
+# whether to hang their connections up at the end of each request (CLOSE_CONNECTION).
+_CLOSE_SETTINGS = {
+    "django_redis": "DJANGO_REDIS_CLOSE_CONNECTION",
+    "django_valkey": "DJANGO_VALKEY_CLOSE_CONNECTION",
+}
+
+
+def closes_connections(cache: BaseCache) -> bool:
+    """Whether ``cache`` hangs its connections up at the end of each request: django-redis's
+    and django-valkey's ``CLOSE_CONNECTION`` option, else their setting (Django's own Redis
+    cache keeps them)."""
+    setting = _CLOSE_SETTINGS.get(type(cache).__module__.partition(".")[0])
+    params = getattr(cache, "_params", None)
+    if setting is None or not isinstance(params, dict):
+        return False
+    options = params.get("OPTIONS") or {}
+    return bool(options.get("CLOSE_CONNECTION", getattr(settings, setting, False)))
 
 
 def is_sentinel_pool(pool: object) -> bool:

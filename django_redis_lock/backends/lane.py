@@ -27,9 +27,10 @@ than the pool may make (its ``max_connections``; calls beyond go through the poo
 as long as the backend (``close()`` hangs them up). A blocking pool (the project bounds its
 waits on connections), a pool with a client-side cache, a credential provider (the pool
 re-authenticates the connections it knows when a token is renewed), single-connection
-clients, and a client whose ``execute_command`` is not its library's own (an instrumentation
-such as OpenTelemetry's or Sentry's wraps it to see every command, a subclass replaces it) keep
-every call in the pool: :func:`lane_for` says which.
+clients, a client whose ``execute_command`` is not its library's own (an instrumentation such
+as OpenTelemetry's or Sentry's wraps it to see every command, a subclass replaces it) and a
+cache that hangs its connections up after each request (CLOSE_CONNECTION) keep every call in
+the pool: :func:`lane_for` says which.
 """
 
 from __future__ import annotations
@@ -40,8 +41,16 @@ import threading
 import weakref
 from typing import Any
 
+from django.core.cache import BaseCache
+
 from django_redis_lock.backends import errors
-from django_redis_lock.backends.clients import Client, instance_of, is_sentinel_pool
+from django_redis_lock.backends.clients import (
+    Client,
+    closes_connections,
+    instance_of,
+    is_sentinel_pool,
+    library_code,
+)
 from django_redis_lock.backends.wire import pack_command
 
 # Pools whose connections a lane may copy: the plain ones of both libraries (and subclasses).
@@ -51,16 +60,17 @@ _POOLS_KEPT = (
     "redis.connection.BlockingConnectionPool",
     "valkey.connection.BlockingConnectionPool",
 )
-# The client libraries whose own execute_command a lane may stand in for.
-_LIBRARIES = ("redis", "valkey")
 # What a look at an idle connection raises when it died.
 _DEAD: tuple[type[Exception], ...] = (OSError, *errors.CONNECTION, *errors.TIMEOUT)
 
 _LANES: weakref.WeakSet[Lane] = weakref.WeakSet()
 
 
-def lane_for(client: Client) -> Lane | None:
-    """A lane beside ``client``'s pool, or None when its calls must stay in the pool."""
+def lane_for(client: Client, cache: BaseCache) -> Lane | None:
+    """A lane beside the pool of ``client`` (``cache``'s), or None when its calls must stay in
+    the pool."""
+    if closes_connections(cache):  # the project wants no connection kept between requests
+        return None
     pool = getattr(client, "connection_pool", None)
     if pool is None or getattr(client, "connection", None) is not None:
         return None
@@ -71,21 +81,12 @@ def lane_for(client: Client) -> Lane | None:
         return None
     if options.get("credential_provider") is not None:  # the pool re-authenticates its own
         return None
-    if not _library_commands(client):
+    # Code that wraps or replaces the client's execute_command (an instrumentation, to see
+    # every command; a subclass) sees the lock's calls only through the pool. Looked at when
+    # the backend is made: an instrumentation set up later does not see the lock's scripts.
+    if not library_code(getattr(type(client), "execute_command", None)):
         return None
     return Lane(client)
-
-
-def _library_commands(client: Client) -> bool:
-    """Whether ``client``'s commands run its library's own ``execute_command``: nothing wraps
-    it (instrumentations do, to see every command) and no subclass replaced it. Otherwise the
-    lock's calls stay in the pool, where that code sees them. Looked at when the backend is
-    made: an instrumentation set up later does not see the lock's scripts."""
-    method = getattr(type(client), "execute_command", None)
-    if method is None or hasattr(method, "__wrapped__"):
-        return False
-    module = getattr(method, "__module__", None) or ""
-    return module.partition(".")[0] in _LIBRARIES
 
 
 class Lane:

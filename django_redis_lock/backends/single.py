@@ -78,7 +78,7 @@ class LockBackend:
         self._frame = self._key_frame()
         self._encoded = EncodedKeys(client)
         # The scripts go through a lane of connections beside the pool where it may have one.
-        self._lane = lane_for(client)
+        self._lane = lane_for(client, cache)
         self._caller: Client = self._lane or client
 
     def make_key(self, body: str) -> str:

@@ -10,6 +10,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 import redis
+from django.core.cache import close_caches
 from django.test import override_settings
 
 from django_redis_lock import LockUnavailable, lock
@@ -250,3 +251,23 @@ def test_a_client_whose_commands_are_watched_keeps_every_call_in_the_pool(redis_
         _cycles("watched", "watched", count=2)
     scripts = [command for command in WatchingClient.seen if command in ("EVALSHA", "EVAL")]
     assert len(scripts) >= 4  # two acquires and two releases, at least
+
+
+@pytest.mark.parametrize("how", ["option", "setting"])
+def test_a_cache_that_hangs_up_after_each_request_keeps_every_call_in_the_pool(
+    redis_url: str, redis_client: redis.Redis, how: str
+) -> None:
+    """django-redis's CLOSE_CONNECTION (its option, or DJANGO_REDIS_CLOSE_CONNECTION): the
+    project wants no connection kept between requests, the lock's included."""
+    caches = build_caches(redis_url)
+    options = {**caches["default"]["OPTIONS"]}
+    if how == "option":
+        options["CLOSE_CONNECTION"] = True
+    caches["closing"] = {**caches["default"], "LOCATION": _on_db(redis_url, 6), "OPTIONS": options}
+    with override_settings(CACHES=caches, DJANGO_REDIS_CLOSE_CONNECTION=how == "setting"):
+        assert _lane("closing") is None
+        _cycles("closing", "closing", count=2)
+        assert [client for client in redis_client.client_list() if client["db"] == "6"]
+        close_caches()  # a request ended: no connection is left on the cache's database
+        assert not [client for client in redis_client.client_list() if client["db"] == "6"]
+        _cycles("closing", "closing", count=1)
