@@ -53,6 +53,7 @@ class LockFlows:
     label: str | None
     fencing_token: int | None
     lost: bool
+    _losing: bool
     busy_ttl: float | None
     busy_held: float | None
     _backend: Backend
@@ -177,7 +178,7 @@ class LockFlows:
             return False
         secret = acquired.secret or secret  # a quorum attempt's own
         self._secret, self._depth = secret, 1
-        self.fencing_token, self.lost = acquired.token, False
+        self.fencing_token, self.lost, self._losing = acquired.token, False, False
         # A handed-over lease is short; the watchdog lengthens it to the full TTL at a third
         # of it, as it renews any lease (a hold released sooner costs no extra request).
         handover_lease_ms = self._backend.handover_lease_ms
@@ -314,10 +315,10 @@ class LockFlows:
     def _lose(self, token: int | None = None, cause: str = metrics.EXPIRED) -> None:
         """Record that the hold was taken away: lost, no more renewals, a warning, lock_lost,
         the metrics (``cause``); once per hold, whoever finds it first."""
-        if self.lost:
+        if self.lost or self._losing:
             return
+        self._losing = True
         token = self.fencing_token if token is None else token
-        self.lost = True
         self._stop_renewing()
         logger.warning(
             "Lock %r (fencing token %s) was lost: it expired or was force-released.",
@@ -325,6 +326,8 @@ class LockFlows:
             token,
         )
         metrics.lost(self, cause)
+        # Marked lost once counted: whoever sees ``lost`` sees the loss in the metrics too.
+        self.lost = True
         signals.send(signals.lock_lost, self, token)
 
     def _lost_by_watchdog(self, secret: str, cause: str = metrics.EXPIRED) -> None:

@@ -101,6 +101,8 @@ class Lock(LockFlows):
         self.fencing_token: int | None = None
         #: True once a call found the hold taken away (see the README).
         self.lost = False
+        # Set by the first to find the hold gone, before ``lost``: a loss is reported once.
+        self._losing = False
         #: Seconds left of the holder's lease when this object last found the lock busy.
         self.busy_ttl: float | None = None
         #: Seconds the holder had held the lock then (None: not known).
@@ -175,7 +177,8 @@ class Lock(LockFlows):
     def extend(self, additional_time: float | None = None, *, replace_ttl: bool = False) -> None:
         """Lengthen the lease by ``additional_time`` seconds (None: the lock's timeout).
 
-        With ``replace_ttl=True`` the lease becomes exactly ``additional_time`` from now.
+        With ``replace_ttl=True`` the lease becomes exactly ``additional_time`` from now. A
+        lease never ends more than ``MAX_TIMEOUT`` (one year) from now: a longer sum is capped.
         """
         drive(self._backend, self._extending(additional_time, replace_ttl), self.name)
 

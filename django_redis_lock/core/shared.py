@@ -55,6 +55,15 @@ class LockOptions(TypedDict, total=False):
     template: str | None
 
 
+def _checked(options: dict[str, Any], what: str) -> dict[str, Any]:
+    """``options``, or TypeError naming the first that ``what`` does not take (a semaphore
+    has no ``reentrant``; a read/write lock has no ``limit``): never accepted and ignored."""
+    for option in options:
+        if option not in LockOptions.__optional_keys__:
+            raise TypeError(f"{what}() got an unexpected keyword argument {option!r}")
+    return options
+
+
 def semaphore(name: str, limit: int, **options: Unpack[LockOptions]) -> SharedLock:
     """One holder of the semaphore ``name``: at most ``limit`` hold it at once.
 
@@ -65,9 +74,11 @@ def semaphore(name: str, limit: int, **options: Unpack[LockOptions]) -> SharedLo
     own lease, renewed while held; a crashed holder's place comes back when its lease ends. The
     limit is each acquire's own: a holder is let in when fewer than its ``limit`` hold the name,
     whatever limit the others came with (a smaller one does not take places from holders already
-    in; a larger one lets more in at once).
+    in; a larger one lets more in at once). A waiter is handed a freed place under its own limit
+    too, in arrival order: one whose limit the holders still fill waits, and those behind it wait
+    behind it.
     """
-    return SharedLock(name, "s", validate_limit(limit), **options)
+    return SharedLock(name, "s", validate_limit(limit), **_checked(dict(options), "semaphore"))
 
 
 class ReadWriteLock:
@@ -80,7 +91,7 @@ class ReadWriteLock:
     """
 
     def __init__(self, name: str, **options: Unpack[LockOptions]) -> None:
-        self._options = options
+        self._options = _checked(dict(options), "rwlock")
         self.name = SharedLock(name, "r", **options).name  # the name and options checked now
 
     def read(self) -> SharedLock:

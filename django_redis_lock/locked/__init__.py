@@ -69,7 +69,8 @@ def locked(
     ``on_busy(*args, **kwargs)`` replaces either and its value is returned. ``label`` (default:
     the callable's dotted name; at most MAX_LABEL_LENGTH) is shown to operators with the request
     path or task id, the whole shortened to MAX_LABEL_LENGTH. With ``limit``, the name is a
-    semaphore's: at most ``limit`` calls run at once (a view answers 423 when all are taken).
+    semaphore's: at most ``limit`` calls run at once (a view answers 423 when all are taken);
+    ``limit=1`` is the lock ``name`` itself, so it excludes ``@locked(name)`` and ``lock(name)``.
     """
     if isinstance(name, str):
         check_template(name)  # now, also where the arguments are known only per request
@@ -83,8 +84,9 @@ def locked(
     validate_label(label)
     using = validate_using(using)
     validate_optional_flag(auto_renew, "auto_renew")
+    if limit is not None and validate_limit(limit) == 1:
+        limit = None  # one call at once reads as a lock, and is one (a semaphore is apart)
     if limit is not None:
-        validate_limit(limit)
         if isinstance(using, tuple):
             raise ImproperlyConfigured(
                 "@locked(limit=...) is a semaphore, which cannot be a quorum lock: give it one "

@@ -4,6 +4,7 @@ queue of waiters, hand-overs, release, extend, and the reads of listings."""
 from __future__ import annotations
 
 from django_redis_lock.scripts.stats import STATS_LUA, counted_lua
+from django_redis_lock.validation import MAX_TIMEOUT
 
 # Waiters behind the first look again after this part of the hand-over lease, so that the
 # one that becomes first after a hand-over looks at the new lease in time by itself.
@@ -291,13 +292,15 @@ return 0
 )
 
 # KEYS: lock, stats (optional)
-# ARGV: secret, ms, mode ('add': ms more; 'replace': exactly ms; 'atleast': at least ms;
-#       'check': change nothing), record ('1': count a hold found gone as lost, or as forced
-#       when an operator released it; except 'check'), and optionally an owner and a label
-#       that the hold takes (a unique task's key, passed from the enqueuer to the worker)
+# ARGV: secret, ms, mode ('add': ms more, at most MAX_TIMEOUT in all; 'replace': exactly ms;
+#       'atleast': at least ms; 'check': change nothing), record ('1': count a hold found gone
+#       as lost, or as forced when an operator released it; except 'check'), and optionally
+#       an owner and a label that the hold takes (a unique task's key, passed from the
+#       enqueuer to the worker)
 # Returns the lease left in ms (1 for 'check'), or 0 when the secret does not hold the lock.
 EXTEND = (
-    """
+    f"local MAX_TIMEOUT_MS = {MAX_TIMEOUT * 1000}\n"
+    + """
 local held = redis.call('HMGET', KEYS[1], 's', 'f')
 if held[1] ~= ARGV[1] then
   if ARGV[4] == '1' and ARGV[3] ~= 'check' and KEYS[2] then
@@ -314,7 +317,7 @@ if ARGV[3] == 'check' then return 1 end
 local ms, mode = tonumber(ARGV[2]), ARGV[3]
 local left = redis.call('PTTL', KEYS[1])
 if mode == 'add' then
-  ms = ms + math.max(left, 0)
+  ms = math.min(ms + math.max(left, 0), MAX_TIMEOUT_MS)  -- no lease past the documented cap
 elseif mode == 'atleast' and left >= ms then
   return left
 end

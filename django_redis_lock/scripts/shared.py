@@ -103,7 +103,8 @@ local function serve(key, queue, waiters, now)
     local secret, entry = first_live(queue, waiters, now_ms)
     if not secret then break end
     local kind = entry.k or 's'
-    if not fits(kind, n, writer, limit) then
+    -- Each waiter is let in under its own limit (``n``), not the last caller's.
+    if not fits(kind, n, writer, tonumber(entry.n) or limit) then
       nudge_first(queue, waiters, now_ms, soonest and (soonest - now_ms) or 0)
       break
     end
@@ -180,7 +181,7 @@ if wait == 0 then
   end
   return {left, 0, elapsed}
 end
-local entry = {t = ttl, o = ARGV[3], l = ARGV[4], c = ARGV[6], k = kind}
+local entry = {t = ttl, o = ARGV[3], l = ARGV[4], c = ARGV[6], k = kind, n = tonumber(ARGV[10])}
 wait = enqueue(queue, waiters, secret, entry, head, left, wait, tonumber(ARGV[7]), now)
 return {left, wait, elapsed}
 """
@@ -243,7 +244,8 @@ return 0
 # ARGV: as EXTEND (secret, ms, mode, record, and optionally an owner and a label)
 # Returns as EXTEND: the holder's lease left in ms (1 for 'check'), or 0 when it holds none.
 SHARED_EXTEND = (
-    STATS_LUA
+    f"local MAX_TIMEOUT_MS = {MAX_TIMEOUT * 1000}\n"
+    + STATS_LUA
     + """
 local key, secret = KEYS[1], ARGV[1]
 local t = redis.call('TIME')
@@ -264,7 +266,8 @@ if ARGV[3] == 'check' then
 end
 local ms, left = tonumber(ARGV[2]), entry.e - now_ms
 if ARGV[3] == 'add' then
-  ms = ms + left
+  -- Capped: a lease past MAX_TIMEOUT would read as no holder's (see ours()) and lose the place.
+  ms = math.min(ms + left, MAX_TIMEOUT_MS)
 elseif ARGV[3] == 'atleast' and left >= ms then
   return left
 end

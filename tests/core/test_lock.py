@@ -176,6 +176,14 @@ def test_extend_adds_or_replaces_the_lease(driver: SyncDriver) -> None:
         driver.extend(held)
 
 
+def test_extend_never_makes_a_lease_longer_than_max_timeout(driver: SyncDriver) -> None:
+    held = lock("extend:cap", timeout=10, auto_renew=False)
+    driver.acquire(held)
+    driver.extend(held, MAX_TIMEOUT)  # added to the 10 s left: capped
+    assert MAX_TIMEOUT - 5 < driver.ttl(held) <= MAX_TIMEOUT  # type: ignore[operator]
+    driver.release(held)
+
+
 def test_ttl_is_none_when_nobody_holds_the_lock(driver: SyncDriver) -> None:
     held = lock("ttl", timeout=7)
     assert driver.ttl(held) is None

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import redis
 
-from django_redis_lock import LockBusy, LockNotOwned, rwlock, semaphore
+from django_redis_lock import MAX_TIMEOUT, LockBusy, LockNotOwned, rwlock, semaphore
 from django_redis_lock.validation import MAX_LIMIT
 from tests.helpers import SyncDriver, start, wait_until
 
@@ -160,6 +160,57 @@ def test_the_limit_is_each_acquires_own() -> None:
     assert semaphore("changing", 4).acquire(blocking=False)
 
 
+def test_a_freed_place_goes_to_a_waiter_under_its_own_limit_not_the_last_callers() -> None:
+    """A waiter with a smaller limit is not let in beside the holders a larger limit admitted,
+    whatever limit a later caller asked for."""
+    holders = [semaphore("mixed", 2) for _ in range(2)]
+    for each in holders:
+        assert each.acquire(blocking=False)
+    narrow = semaphore("mixed", 1)  # gets in only when nobody else holds it
+    waiting = start(lambda: narrow.acquire(blocking_timeout=10))
+    wait_until(lambda: get_queue_length("mixed") == 1)
+    wide = semaphore("mixed", 2)
+    waiting_wide = start(lambda: wide.acquire(blocking_timeout=10))
+    wait_until(lambda: get_queue_length("mixed") == 2)
+    holders[0].release()  # one holder left: too many for the narrow waiter
+    assert not waiting.done()
+    assert get_queue_length("mixed") == 2  # and the wide one waits behind it, in order
+    holders[1].release()
+    assert waiting.result(5) is True
+    narrow.release()
+    assert waiting_wide.result(5) is True
+    wide.release()
+
+
+def test_a_release_wakes_a_waiter_whose_limit_it_fits_whatever_the_last_caller_asked() -> None:
+    holders = [semaphore("woken", 3) for _ in range(3)]
+    for each in holders:
+        assert each.acquire(blocking=False)
+    waiter = semaphore("woken", 3)
+    waiting = start(lambda: waiter.acquire(blocking_timeout=10))
+    wait_until(lambda: get_queue_length("woken") == 1)
+    assert not semaphore("woken", 1).acquire(blocking=False)  # a caller with another limit
+    began = time.monotonic()
+    holders[0].release()
+    assert waiting.result(5) is True
+    assert time.monotonic() - began < 2  # woken by the release, not by its own wait's end
+    waiter.release()
+    for each in holders[1:]:
+        each.release()
+
+
+def test_a_place_extended_past_max_timeout_is_capped_and_kept(driver: SyncDriver) -> None:
+    first, second = semaphore("capped", 2, auto_renew=False), semaphore("capped", 2)
+    assert driver.acquire(first)
+    assert driver.acquire(second)
+    driver.extend(first, MAX_TIMEOUT)
+    assert MAX_TIMEOUT - 60 < driver.ttl(first) <= MAX_TIMEOUT  # type: ignore[operator]
+    assert not driver.acquire(semaphore("capped", 2), blocking=False)  # still two holders
+    assert driver.owned(first)
+    driver.release(first)
+    driver.release(second)
+
+
 @pytest.mark.parametrize(
     ("limit", "error"),
     [(0, ValueError), (MAX_LIMIT + 1, ValueError), (True, TypeError), ("3", TypeError)],
@@ -167,6 +218,15 @@ def test_the_limit_is_each_acquires_own() -> None:
 def test_a_bad_limit_is_refused_at_the_call(limit: Any, error: type[Exception]) -> None:
     with pytest.raises(error, match="limit"):
         semaphore("x", limit)
+
+
+def test_options_they_do_not_take_are_refused_not_ignored() -> None:
+    with pytest.raises(TypeError, match="'limit'"):
+        rwlock("x", limit=2)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="'reentrant'"):
+        rwlock("x", reentrant=True)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="'reentrant'"):
+        semaphore("x", 2, reentrant=True)  # type: ignore[call-arg]
 
 
 def test_bad_options_are_refused_at_the_call() -> None:

@@ -4,6 +4,7 @@ label sets and counts exact. Multiprocess mode in processes of their own."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import select
 import subprocess
@@ -14,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from django_redis_lock import LockUnavailable, lock, locked, semaphore
+from django_redis_lock import LockUnavailable, get_lock_manager, lock, locked, semaphore
 from django_redis_lock.signals import lock_renewal_failed
 from tests.helpers import builtin_cache_with, received, wait_until
 from tests.metrics.conftest import lock_settings
@@ -146,6 +147,41 @@ def test_a_failed_renewal_signals_before_the_lease_ends(registry: Any, redis_fac
     assert (
         value(registry, "django_redis_lock_lost_total", lock="paused", cause="renewal_failed") == 1
     )
+
+
+def test_a_hold_marked_lost_is_already_counted(registry: Any) -> None:
+    """Whoever sees ``lost`` (a test, a health check) sees the loss in the metrics too: the
+    loss is counted before the hold is marked lost, not after."""
+    held = lock("counted:lost", template="counted", timeout=0.3)
+    seen: list[tuple[bool, float]] = []
+
+    class Seen(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "was lost" in record.getMessage():
+                seen.append(
+                    (
+                        held.lost,
+                        value(
+                            registry,
+                            "django_redis_lock_lost_total",
+                            lock="counted",
+                            cause="expired",
+                        ),
+                    )
+                )
+
+    handler = Seen()
+    logging.getLogger("django_redis_lock").addHandler(handler)
+    try:
+        assert held.acquire()
+        assert get_lock_manager().release("counted:lost")  # the watchdog finds it gone
+        wait_until(lambda: held.lost)
+        assert value(registry, "django_redis_lock_lost_total", lock="counted", cause="expired") == 1
+    finally:
+        logging.getLogger("django_redis_lock").removeHandler(handler)
+    assert len(seen) == 1
+    marked, counted = seen[0]
+    assert not marked or counted == 1
 
 
 def test_metrics_off_records_nothing(registry: Any) -> None:

@@ -13,7 +13,7 @@ from django.core.management import CommandError, call_command
 from django.test import RequestFactory
 from django.urls import reverse
 
-from django_redis_lock import LockBusy, get_lock_manager, locked, rwlock, semaphore
+from django_redis_lock import LockBusy, get_lock_manager, lock, locked, rwlock, semaphore
 from django_redis_lock.admin.values import detail_path_segment, form_value
 from django_redis_lock.runtime import runtime
 from tests.helpers import staff_client
@@ -139,17 +139,48 @@ def test_locked_with_a_limit_lets_that_many_calls_run() -> None:
 def test_a_locked_view_with_a_limit_answers_423_when_every_place_is_taken() -> None:
     from django.http import HttpResponse
 
-    @locked("exports", limit=1, timeout=20)
+    @locked("exports", limit=2, timeout=20)
     def export(request: Any) -> HttpResponse:
         return HttpResponse("ok")
 
     request = RequestFactory().get("/export/")
     assert export(request).status_code == 200
-    held = _holding(semaphore("exports", 1, timeout=20, auto_renew=False))[0]
+    held = [semaphore("exports", 2, timeout=20, auto_renew=False) for _ in range(2)]
+    for each in held:
+        assert each.acquire(blocking=False)
     busy = export(request)
     assert busy.status_code == 423
     assert busy["Retry-After"] in ("19", "20")
-    held.release()
+    for each in held:
+        each.release()
+
+
+def test_locked_with_a_limit_of_one_is_the_lock_of_that_name() -> None:
+    """``limit=1`` reads as "one call at once": it excludes ``@locked(name)`` and ``lock(name)``
+    (a semaphore of the same name is a thing apart)."""
+
+    @locked("single", limit=1)
+    def once() -> str:
+        return "ran"
+
+    @locked("single")
+    def plain() -> str:
+        return "ran"
+
+    with lock("single"), pytest.raises(LockBusy):
+        once()
+    with semaphore("single", 1):
+        assert once() == "ran"  # the semaphore's place is not the lock
+    calls: list[str] = []
+
+    @locked("single", limit=1)
+    def nested() -> None:
+        with pytest.raises(LockBusy):
+            plain()
+        calls.append("checked")
+
+    nested()
+    assert calls == ["checked"]
 
 
 def test_bad_limits_for_locked_are_refused_when_decorating() -> None:
