@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Generic, TypeVar
 
 from django.conf import settings
@@ -15,6 +16,8 @@ from django_redis_lock.validation import (
 )
 
 T = TypeVar("T")
+
+logger = logging.getLogger("django_redis_lock")
 
 #: Every key REDIS_LOCK understands, with its default.
 DEFAULTS: dict[str, Any] = {
@@ -32,7 +35,27 @@ DEFAULTS: dict[str, Any] = {
     "METRICS": True,
     "METRICS_REGISTRY": None,
     "METRICS_OTHER": "other",
+    "METRICS_MAX_LABELS": 1000,
 }
+
+
+def metrics_flag(value: object) -> bool:
+    """REDIS_LOCK["METRICS"] as both the system check (E006) and the locks read it: True or
+    False; anything else (``0``, ``"false"``, ``None``, ``"yes"``) a TypeError naming the
+    setting, which at run time turns metrics off (:attr:`LockSettings.metrics`)."""
+    return validate_flag(value, "REDIS_LOCK['METRICS']")
+
+
+def metrics_max_labels(value: object) -> int:
+    """REDIS_LOCK["METRICS_MAX_LABELS"] as both the system check (E015) and the locks read
+    it: a whole number from 1; anything else a TypeError or ValueError naming the setting,
+    for which the locks use the default (:attr:`LockSettings.max_labels`)."""
+    what = "REDIS_LOCK['METRICS_MAX_LABELS']"
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{what} must be a whole number of labels, not {value!r}.")
+    if value < 1:
+        raise ValueError(f"{what} must be at least 1, not {value}.")
+    return value
 
 
 class _Setting(Generic[T]):
@@ -61,6 +84,8 @@ class LockSettings:
     _timeout_ms: int | None
     _auto_renew: bool | None
     _stats: str | None
+    _metrics: bool | None
+    _max_labels: int | None
 
     def __init__(self) -> None:
         self.forget()
@@ -73,6 +98,8 @@ class LockSettings:
         self._timeout_ms = None
         self._auto_renew = None
         self._stats = None
+        self._metrics = None
+        self._max_labels = None
 
     def get(self, key: str) -> Any:
         """The configured value of ``key``, else its default."""
@@ -144,7 +171,10 @@ class LockSettings:
     STATS = _Setting[bool]()
     #: ``bool``. Whether locks report metrics: to Prometheus when ``prometheus_client`` is
     #: installed, to OpenTelemetry when ``opentelemetry-api`` is (see :doc:`/metrics`).
-    #: ``False`` turns both off; with neither installed there is nothing to turn off.
+    #: ``False`` turns both off; with neither installed there is nothing to turn off. Any
+    #: other value (``0``, ``"false"``, ``None``, ``"yes"``) is an error of the system check
+    #: (``E006``), and turns metrics off in a process that never ran the checks, with an
+    #: error logged.
     METRICS = _Setting[bool]()
     #: ``str`` or ``None``. The dotted path of the ``prometheus_client.CollectorRegistry``
     #: the metrics are registered on; ``None``: ``prometheus_client``'s default registry, the
@@ -154,6 +184,12 @@ class LockSettings:
     #: ``template=``, an ``@locked`` whose name is a callable): their names are not labels, so
     #: that the metrics' cardinality stays bounded.
     METRICS_OTHER = _Setting[str]()
+    #: ``int``, from 1. The most distinct ``lock`` labels a process gives its metrics (a
+    #: template formatted before it reaches ``template=`` would make a series per lock name):
+    #: the locks of any template past them are labelled ``METRICS_OTHER``, and a warning is
+    #: logged the first time. Another value is an error of the system check (``E015``), and
+    #: the default applies, with an error logged.
+    METRICS_MAX_LABELS = _Setting[int]()
 
     @property
     def tombstone_ms(self) -> int:
@@ -198,6 +234,31 @@ class LockSettings:
         if self._stats is None:
             self._stats = "1" if validate_flag(self.STATS, "REDIS_LOCK['STATS']") else ""
         return self._stats
+
+    @property
+    def metrics(self) -> bool:
+        """METRICS, read once by :func:`metrics_flag`: a value it refuses turns metrics off
+        (an error logged), as a value that means to turn them off would; a process that
+        never ran the system checks exports nothing the checks would refuse."""
+        if self._metrics is None:
+            try:
+                self._metrics = metrics_flag(self.METRICS)
+            except TypeError as exc:
+                logger.error("%s Lock metrics are off.", exc)
+                self._metrics = False
+        return self._metrics
+
+    @property
+    def max_labels(self) -> int:
+        """METRICS_MAX_LABELS, read once by :func:`metrics_max_labels`: for a value it
+        refuses, the default (an error logged)."""
+        if self._max_labels is None:
+            try:
+                self._max_labels = metrics_max_labels(self.METRICS_MAX_LABELS)
+            except (TypeError, ValueError) as exc:
+                self._max_labels = int(DEFAULTS["METRICS_MAX_LABELS"])
+                logger.error("%s Lock metrics use %d.", exc, self._max_labels)
+        return self._max_labels
 
     def replication(self) -> tuple[int, int]:
         """WAIT_REPLICAS, and WAIT_TIMEOUT in milliseconds, checked (errors name the setting)."""

@@ -56,7 +56,8 @@ class StaleFencingToken(LockError):
 
     ``lock`` names the lock (None when a bare token was given), ``token`` is the refused one,
     ``model`` the model's label, ``rows`` the primary keys of refused rows (at most five) and
-    ``fence`` the token the first of them carries.
+    ``fence`` the token the first of them carries (None: the row a fenced ``save()`` would
+    have written was deleted after the instance was read).
     """
 
     def __init__(

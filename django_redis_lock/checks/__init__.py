@@ -46,8 +46,8 @@ CHECKS: dict[str, str] = {
     "cannot hold semaphores.",
     "E014": "A model with FencedModelMixin and no FenceField, with several FenceFields, or "
     "with a nullable one.",
-    "E015": "METRICS_REGISTRY names no prometheus_client CollectorRegistry, or METRICS_OTHER "
-    "is not a non-empty str.",
+    "E015": "METRICS_REGISTRY names no prometheus_client CollectorRegistry, METRICS_OTHER "
+    "is not a non-empty str, or METRICS_MAX_LABELS is not a whole number from 1.",
     "W001": "REDIS_LOCK has a key this app does not know (a misspelling?).",
     "W002": "The lock cache's KEY_FUNCTION hides key text: held locks cannot be listed.",
     "W003": "The lock cache sets no socket timeout.",
@@ -146,7 +146,8 @@ def _check_values(options: dict[str, Any]) -> list[CheckMessage]:
                 id="django_redis_lock.E009",
             )
         )
-    for key in ("AUTO_RENEW", "RUN_UNLOCKED_IF_UNAVAILABLE", "STATS", "METRICS"):
+    # METRICS: checks/metrics.py, by the rule the locks read it with at run time.
+    for key in ("AUTO_RENEW", "RUN_UNLOCKED_IF_UNAVAILABLE", "STATS"):
         why = refusal(validate_flag, options[key], f"REDIS_LOCK[{key!r}]")
         if why:
             errors.append(Error(why, id="django_redis_lock.E006"))

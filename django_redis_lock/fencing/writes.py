@@ -9,6 +9,8 @@ one. When the filter matched a row that the fence refused, the write is rolled b
 from __future__ import annotations
 
 import numbers
+import time
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from django.db import models, router, transaction
@@ -25,6 +27,11 @@ _M = TypeVar("_M", bound=models.Model)
 
 # A token is stored in a signed 64-bit column.
 MAX_TOKEN = 2**63 - 1
+# How far a bare token may lead this host's clock, in microseconds. A lock's tokens follow the
+# Redis server's clock in microseconds: a row that accepted a token far ahead of it would
+# refuse every hold's until the clock caught up (2**63 - 1: for good). An hour allows for
+# another host's clock.
+MAX_TOKEN_LEAD_US = 3600 * 10**6
 # How many refused rows an error names.
 NAMED_ROWS = 5
 
@@ -60,6 +67,13 @@ def fence_of(lock_or_token: object) -> Fence:
         token = int(lock_or_token)
         if not 0 < token <= MAX_TOKEN:
             raise ValueError(f"A fencing token is an integer from 1 to {MAX_TOKEN}, not {token}.")
+        ahead = time.time_ns() // 1000 + MAX_TOKEN_LEAD_US
+        if token > ahead:
+            raise ValueError(
+                f"A fencing token is an integer from 1 to {ahead}, not {token}: a lock's tokens "
+                "follow the Redis server's clock in microseconds, and a row that accepted one "
+                "more than an hour ahead of this host's clock would refuse every hold's token."
+            )
         return Fence(token, None)
     held = lock_or_token
     if isinstance(held, SharedLock) and held.kind == "r":
@@ -91,6 +105,20 @@ def _refused(
         model=label,
         rows=pks,
         fence=later,
+    )
+
+
+def _deleted(fence: Fence, model: type[models.Model], pk: Any) -> StaleFencingToken:
+    # Django's save() would insert the row again: the deletion, maybe a later holder's, undone.
+    label = model._meta.label
+    return StaleFencingToken(
+        f"The write with the {fence.describe()} is refused: {label} pk={pk!r} was deleted "
+        "after this instance was read. Nothing was written.",
+        lock=fence.lock,
+        token=fence.token,
+        model=label,
+        rows=[pk],
+        fence=None,
     )
 
 
@@ -149,13 +177,33 @@ class FencedQuerySet(models.QuerySet[_M]):
         """:func:`fenced_update` of this queryset."""
         return fenced_update(self, lock_or_token, **values)
 
+    def bulk_update(
+        self, objs: Iterable[_M], fields: Iterable[str], batch_size: int | None = None
+    ) -> int:
+        """Django's ``bulk_update()``; refused (TypeError, before any query) when ``fields``
+        name the fence: each instance carries the fence it read, maybe older than the row's,
+        and writing it back would let a stale holder in again. Write fenced rows with
+        :meth:`fenced_update` or ``save(fence=...)``."""
+        fields = list(fields)
+        for field in fence_fields(self.model):
+            if field.name in fields or field.attname in fields:
+                raise TypeError(
+                    f"bulk_update() cannot write {self.model._meta.label}.{field.name}: it "
+                    "would write back the fence each instance read, maybe older than the "
+                    "row's. Leave it out, and write fenced rows with fenced_update() or "
+                    "save(fence=...)."
+                )
+        return super().bulk_update(objs, fields, batch_size)
+
 
 class FencedModelMixin:
     """``save(fence=lock_or_token)`` for a model with a :class:`FenceField`: the ``UPDATE``
     that saves the row also checks its fence, so a later holder's write is never overwritten.
 
     ``class Account(FencedModelMixin, models.Model)``. Without ``fence`` a save is Django's.
-    A row that does not exist yet is inserted with the token as its fence.
+    A row that does not exist yet is inserted with the token as its fence; the row of an
+    instance read from the database that was deleted since is not inserted again (a
+    StaleFencingToken whose ``fence`` is None).
     """
 
     _fence_now: Fence | None = None
@@ -236,4 +284,6 @@ class FencedModelMixin:
             )
             if later:
                 raise _refused(fence, base_qs.model, later)
+            if not cast("models.Model", self)._state.adding:  # read from the database
+                raise _deleted(fence, base_qs.model, pk_val)
         return updated

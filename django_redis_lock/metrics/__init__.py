@@ -1,11 +1,13 @@
 """Metrics and traces of this process's locks: Prometheus and OpenTelemetry, each when its
-library is installed and ``REDIS_LOCK["METRICS"]`` is not False.
+library is installed and ``REDIS_LOCK["METRICS"]`` is True (any other value turns them off).
 
 The lock core and the watchdog report what happens to an observer of each exporter: an acquire
 call's outcome and wait, a hold's start and end, a loss and its cause, a renewal, Redis out of
 reach. With no observer (nothing installed, or turned off) each report is one test of an empty
 tuple. A lock's ``lock`` label is its name template (``invoice:{invoice_id}``), never the name
-itself, so that the number of label sets stays bounded: ``METRICS_OTHER`` labels the rest.
+itself, so that the number of label sets stays bounded: ``METRICS_OTHER`` labels the rest,
+and the templates past the first ``METRICS_MAX_LABELS`` of the process (a template formatted
+before it reached ``template=`` is one per name).
 """
 
 from __future__ import annotations
@@ -50,6 +52,11 @@ __all__ = [
 ]
 
 _observers: tuple[Observer, ...] | None = None
+# The templates given out as labels in this process, at most METRICS_MAX_LABELS of them, and
+# whether one was refused already (the warning is logged once).
+_labels: set[str] = set()
+_capped = False
+_labelling = threading.Lock()
 
 
 def observers() -> tuple[Observer, ...]:
@@ -60,9 +67,13 @@ def observers() -> tuple[Observer, ...]:
 
 
 def reset() -> None:
-    """Build the observers again on next use (REDIS_LOCK changed)."""
-    global _observers
+    """Build the observers again on next use, and count the labels anew (REDIS_LOCK
+    changed)."""
+    global _observers, _capped
     _observers = None
+    with _labelling:
+        _labels.clear()
+        _capped = False
 
 
 _building = threading.Lock()
@@ -74,7 +85,7 @@ def _build() -> tuple[Observer, ...]:
         if _observers is not None:
             return _observers
         built: list[Observer] = []
-        if lock_settings.METRICS is not False:
+        if lock_settings.metrics:
             built += _made("prometheus", _prometheus)
             built += _made("OpenTelemetry", _opentelemetry)
         _observers = tuple(built)
@@ -114,8 +125,37 @@ def label_of(lock: Any) -> str:
     """The ``lock`` label of ``lock``: its template, else METRICS_OTHER (read once a lock)."""
     label: str | None = lock._label
     if label is None:
-        label = lock._label = lock.template or str(lock_settings.METRICS_OTHER)
+        label = lock._label = _bounded(lock.template)
     return label
+
+
+def _bounded(template: str | None) -> str:
+    """``template`` as a label, unless METRICS_MAX_LABELS others were given out: then, as
+    for no template, METRICS_OTHER."""
+    global _capped
+    if template is not None and template in _labels:  # the common case: no lock taken
+        return template
+    other = str(lock_settings.METRICS_OTHER)
+    if template is None:
+        return other
+    with _labelling:
+        cap = lock_settings.max_labels
+        if len(_labels) < cap:
+            _labels.add(template)
+            return template
+        if template in _labels:  # given out while this thread waited for _labelling
+            return template
+        if not _capped:
+            _capped = True
+            logger.warning(
+                "Lock metrics have %d lock labels, REDIS_LOCK['METRICS_MAX_LABELS']: %r and "
+                "the templates after it are labelled %r. A template formatted before it "
+                "reaches template= makes a label per name: pass the unformatted one.",
+                cap,
+                template,
+                other,
+            )
+    return other
 
 
 class Acquisition:

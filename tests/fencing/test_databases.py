@@ -232,3 +232,42 @@ def test_a_multi_table_model_is_locked_then_fenced(alias: str) -> None:
         with connection.schema_editor() as editor:
             editor.delete_model(Child)
             editor.delete_model(Base)
+
+
+def test_a_bulk_update_that_writes_the_fence_is_refused(alias: str) -> None:
+    """bulk_update() writes each instance's fence as it read it: older than a later holder's,
+    it would set the row's fence back and let the stale holder in again."""
+    account = _account(alias)
+    stale_copy = Account.objects.using(alias).get(pk=account.pk)  # fence 0, in memory
+    one = Account.objects.using(alias).filter(pk=account.pk)
+    stale, later = _late_holder_pair(f"fence:bulk:{alias}")
+    fenced_update(one, later, balance=F("balance") + 50)
+    stale_copy.balance -= 10
+    for fields in (["balance", "fence"], ("fence",), (name for name in ["balance", "fence"])):
+        with pytest.raises(TypeError, match="fence"):
+            Account.objects.using(alias).bulk_update([stale_copy], fields)
+    assert [(each.balance, each.fence) for each in one.all()] == [(150, later.fencing_token)]
+    with pytest.raises(StaleFencingToken):
+        fenced_update(one, stale, balance=F("balance") - 10)  # the row still refuses it
+    # Without the fence, a bulk_update is Django's, as a save without one.
+    assert Account.objects.using(alias).bulk_update([stale_copy], ["balance"]) == 1
+    assert [(each.balance, each.fence) for each in one.all()] == [(90, later.fencing_token)]
+    later.release()
+
+
+def test_a_stale_save_does_not_bring_a_deleted_row_back(alias: str) -> None:
+    account = _account(alias)
+    stale_copy = Account.objects.using(alias).get(pk=account.pk)
+    stale, later = _late_holder_pair(f"fence:deleted:{alias}")
+    Account.objects.using(alias).filter(pk=account.pk).delete()  # the later holder's write
+    stale_copy.balance -= 10
+    with pytest.raises(StaleFencingToken, match="deleted") as refused:
+        stale_copy.save(fence=stale)
+    assert (refused.value.rows, refused.value.fence) == ([account.pk], None)
+    assert stale_copy.fence == 0  # the instance keeps the fence it had
+    assert not Account.objects.using(alias).filter(pk=account.pk).exists()
+    # A new instance is inserted with the token, as before.
+    fresh = Account(balance=Decimal(1))
+    fresh.save(using=alias, fence=later)
+    assert Account.objects.using(alias).get(pk=fresh.pk).fence == later.fencing_token
+    later.release()

@@ -4,6 +4,7 @@ come before any query, current_lock() inside @locked code, and the model check (
 from __future__ import annotations
 
 import asyncio
+import time
 from decimal import Decimal
 from typing import Any
 
@@ -287,3 +288,24 @@ def test_save_with_a_fence_and_update_fields(django_assert_num_queries: Any) -> 
     account.balance = Decimal(4)
     account.save(fence=3, update_fields=(name for name in ["balance"]))  # any iterable
     assert _row(account) == (Decimal(4), 3)
+
+
+def test_a_bare_token_far_ahead_of_the_clock_is_refused(
+    django_assert_num_queries: Any,
+) -> None:
+    """A row that accepted 2**63 - 1 would refuse every token a lock can ever issue (they
+    follow the Redis server's clock in microseconds): such a token is refused at the call."""
+    account = _account()
+    one = Account.objects.filter(pk=account.pk)
+    now_us = time.time_ns() // 1000
+    with django_assert_num_queries(0):
+        for poison in (2**63 - 1, 2**62, now_us + 2 * 3600 * 10**6):
+            with pytest.raises(ValueError, match="clock"):
+                fenced_update(one, poison, balance=1)
+            with pytest.raises(ValueError, match="clock"):
+                account.save(fence=poison)
+    assert _row(account) == (Decimal(100), 0)
+    # A token a lock issued (or one a little ahead: another host's clock) passes.
+    with lock("fence:clock") as held:
+        assert fenced_update(one, held, balance=2) == 1
+    assert fenced_update(one, now_us + 60 * 10**6, balance=3) == 1

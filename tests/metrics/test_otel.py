@@ -12,7 +12,7 @@ import redis
 
 from django_redis_lock import lock
 from tests.helpers import builtin_cache_with, wait_until
-from tests.metrics.conftest import Telemetry
+from tests.metrics.conftest import Telemetry, lock_settings
 
 trace = pytest.importorskip("opentelemetry.trace")
 
@@ -106,6 +106,22 @@ def test_durations_through_the_metrics_api(telemetry: Telemetry) -> None:
     ]
     assert [point.count for point in acquired] == [1]
     assert [point.count for point in holds] == [1]
+
+
+def test_templates_past_max_labels_are_attributed_to_other(telemetry: Telemetry) -> None:
+    with lock_settings(METRICS_MAX_LABELS=1):
+        for number in range(3):
+            with lock(f"capped:{number}", template=f"capped:{number}"):
+                pass
+    templates = [
+        dict(span.attributes)["lock.name.template"] for span in _spans(telemetry, "lock.acquire")
+    ]
+    assert templates == ["capped:0", "other", "other"]
+    held = {
+        dict(point.attributes)["lock.name.template"]
+        for point in telemetry.points("lock.hold.duration")
+    }
+    assert {"capped:1", "capped:2"}.isdisjoint(held)
 
 
 def test_a_loss_is_an_event_on_the_span_of_the_code_that_finds_it(telemetry: Telemetry) -> None:

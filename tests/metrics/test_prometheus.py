@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from django_redis_lock import LockUnavailable, get_lock_manager, lock, locked, semaphore
+from django_redis_lock.checks import check_settings
 from django_redis_lock.signals import lock_renewal_failed
 from tests.helpers import builtin_cache_with, received, wait_until
 from tests.metrics.conftest import lock_settings
@@ -188,6 +189,60 @@ def test_metrics_off_records_nothing(registry: Any) -> None:
     with lock_settings(METRICS=False), lock("off"):
         pass
     assert acquires(registry, "other", "acquired") == 0
+
+
+@pytest.mark.parametrize("setting", [0, 1, "false", "no", "yes", None])
+def test_metrics_that_are_not_a_bool_are_off_as_the_check_reports(
+    registry: Any, setting: object, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A worker that never ran the checks exports nothing the checks refuse: one rule."""
+    changed = lock_settings(METRICS_REGISTRY="tests.metrics.registries.current", METRICS=setting)
+    with changed:
+        assert [message.id for message in check_settings()] == ["django_redis_lock.E006"]
+        with lock("off"), lock("off:again"):
+            pass
+    assert acquires(registry, "other", "acquired") == 0
+    [logged] = [record for record in caplog.records if "METRICS" in record.getMessage()]
+    assert logged.levelname == "ERROR"
+    assert "Lock metrics are off" in logged.getMessage()
+
+
+def test_templates_past_max_labels_are_labelled_other_with_one_warning(
+    registry: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    changed = lock_settings(
+        METRICS_REGISTRY="tests.metrics.registries.current", METRICS_MAX_LABELS=2
+    )
+    with changed:
+        for number in range(5):  # a formatted name passed as its template: one per name
+            with lock(f"job:{number}", template=f"job:{number}"):
+                pass
+        with lock("job:0", template="job:0"):  # a label given out before stays its own
+            pass
+    assert acquires(registry, "job:0", "acquired") == 2
+    assert acquires(registry, "job:1", "acquired") == 1
+    assert acquires(registry, "job:2", "acquired") == 0
+    assert acquires(registry, "other", "acquired") == 3
+    warnings = [record for record in caplog.records if "METRICS_MAX_LABELS" in record.message]
+    assert len(warnings) == 1
+    assert warnings[0].levelname == "WARNING"
+    assert "'job:2'" in warnings[0].message
+
+
+@pytest.mark.parametrize("setting", [0, -5, "1000", 2.5, True, None])
+def test_max_labels_that_cannot_be_used_are_reported_and_the_default_applies(
+    registry: Any, setting: object, caplog: pytest.LogCaptureFixture
+) -> None:
+    changed = lock_settings(
+        METRICS_REGISTRY="tests.metrics.registries.current", METRICS_MAX_LABELS=setting
+    )
+    with changed:
+        assert [message.id for message in check_settings()] == ["django_redis_lock.E015"]
+        for number in range(3):
+            with lock(f"many:{number}", template=f"many:{number}"):
+                pass
+    assert [acquires(registry, f"many:{number}", "acquired") for number in range(3)] == [1] * 3
+    assert "Lock metrics use 1000" in caplog.text
 
 
 CHILD = textwrap.dedent(
