@@ -91,6 +91,14 @@ def test_labels_say_the_state_and_the_task_and_fit() -> None:
     assert task_of(long) == ("running", "id")
 
 
+@pytest.mark.parametrize("task_id", ["a b", "x" * 1000, "50%\n\u2028\u00e9 queued as 7"])
+def test_a_label_carries_the_whole_task_id_whatever_it_holds(task_id: str) -> None:
+    label = state_label("app.tasks.report " * 20, "queued", task_id)
+    assert task_of(label) == ("queued", task_id)
+    assert label.startswith("app.tasks.report")  # the task still shown, if shortened
+    assert " " not in label.rpartition(" as ")[2]
+
+
 def test_the_key_is_made_from_the_arguments_as_the_queue_stores_them(celery_app: Any) -> None:
     """A tuple reaches the worker as a list (JSON): the key is the same at both ends."""
     app = celery_app
