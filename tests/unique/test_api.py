@@ -26,6 +26,8 @@ from tests.helpers import wait_until
         ({"label": "x" * 300}, ValueError, "label"),
         ({"using": 3}, TypeError, "using"),
         ({"using": ["a"]}, ValueError, "at least 3 cache aliases"),
+        ({"using": "nope"}, ValueError, r"'nope' is not a cache alias in CACHES \(configured: "),
+        ({"using": ["default", "x", "y"]}, ValueError, "'x' and 'y' are not cache aliases"),
     ],
 )
 def test_bad_options_are_refused_at_the_call(
