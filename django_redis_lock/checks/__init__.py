@@ -48,6 +48,8 @@ CHECKS: dict[str, str] = {
     "with a nullable one.",
     "E015": "METRICS_REGISTRY names no prometheus_client CollectorRegistry, METRICS_OTHER "
     "is not a non-empty str, or METRICS_MAX_LABELS is not a whole number from 1.",
+    "E016": "A @locked or @unique decorated before the settings were loaded names a cache alias "
+    "that is not in CACHES (one decorated after is refused as it decorates).",
     "W001": "REDIS_LOCK has a key this app does not know (a misspelling?).",
     "W002": "The lock cache's KEY_FUNCTION hides key text: held locks cannot be listed.",
     "W003": "The lock cache sets no socket timeout.",

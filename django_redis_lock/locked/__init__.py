@@ -26,6 +26,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest
 from django.views import View
 
+from django_redis_lock.locked.aliases import refuse_unknown_aliases
 from django_redis_lock.locked.calls import AsyncDriver, Options, Spec, SyncDriver, make_driver, wrap
 from django_redis_lock.locked.integrations import bound_view_method
 from django_redis_lock.locked.naming import NameSpec, Naming, check_template
@@ -83,6 +84,7 @@ def locked(
         raise TypeError("on_busy must be a callable or None.")
     validate_label(label)
     using = validate_using(using)
+    refuse_unknown_aliases(using, "@locked")
     validate_optional_flag(auto_renew, "auto_renew")
     if limit is not None and validate_limit(limit) == 1:
         limit = None  # one call at once reads as a lock, and is one (a semaphore is apart)

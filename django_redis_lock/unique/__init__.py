@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
+from django_redis_lock.locked.aliases import refuse_unknown_aliases
 from django_redis_lock.locked.naming import NameSpec, check_template
 from django_redis_lock.unique.celery import is_celery_task, unique_celery_task
 from django_redis_lock.unique.keys import ON_DUPLICATE, QUEUED_TIMEOUT, UNTIL, UniqueSpec
@@ -54,8 +55,10 @@ def unique(
         choices = ", ".join(map(repr, ON_DUPLICATE))
         raise ValueError(f"on_duplicate must be one of {choices}, not {on_duplicate!r}.")
     queued = QUEUED_TIMEOUT if timeout is None else seconds_to_ms(timeout, "timeout") / 1000
-    spec = UniqueSpec(key, until, on_duplicate, queued, validate_using(using), label)
+    using = validate_using(using)
+    refuse_unknown_aliases(using, "@unique")
     validate_label(label)
+    spec = UniqueSpec(key, until, on_duplicate, queued, using, label)
 
     def decorate(task: Task) -> Task:
         framework = framework_of(task)

@@ -56,19 +56,63 @@ def unique_celery_task(task: Any, spec: UniqueSpec) -> Any:
     from celery import _state
     from celery.local import PromiseProxy, Proxy
 
-    def mark(*args: Any, **kwargs: Any) -> None:
-        _mark(task._get_current_object() if isinstance(task, Proxy) else task, spec)
+    def mark_in(app: Any) -> None:
+        found = _instance_in(task, app)
+        if found is not None:
+            _mark(found, spec)
+
+    def mark_everywhere(*args: Any, **kwargs: Any) -> None:
+        for app in list(_state._get_active_apps()):
+            if app.finalized:
+                mark_in(app)
+
+    def after_finalize(sender: Any, **kwargs: Any) -> None:
+        mark_in(sender)
 
     def on_finalize(app: Any) -> None:
-        app.on_after_finalize.connect(mark, weak=False)
+        app.on_after_finalize.connect(after_finalize, weak=False)
 
     _connect_signals()
     _state.connect_on_app_finalize(on_finalize)
-    if isinstance(task, PromiseProxy):
-        task.__then__(mark)  # @app.task before its app is finalized: when it is evaluated
-    if not isinstance(task, Proxy) or any(a.finalized for a in _state._get_active_apps()):
-        mark()
+    if isinstance(task, PromiseProxy):  # @app.task before its app is finalized: when evaluated
+        task.__then__(lambda: _mark(task._get_current_object(), spec))
+    elif not isinstance(task, Proxy):
+        _mark(task, spec)
+    mark_everywhere()
     return task
+
+
+def _instance_in(task: Any, app: Any) -> Any:
+    """``app``'s instance of ``task`` (a task, or a proxy of one), or None if it has none.
+
+    Every app has its own instance of a task: ``@shared_task`` makes one in each, and so does
+    ``@app.task`` (shared unless told not to), each found by the task's name and function.
+    """
+    from celery import _state
+    from celery.local import PromiseProxy, Proxy
+
+    if isinstance(task, Proxy) and not isinstance(task, PromiseProxy):
+        # @shared_task's proxy is the current app's instance: make it ``app`` for a moment
+        # (this thread's current app; the one before is put back).
+        before = getattr(_state._tls, "current_app", None)
+        _state._set_current_app(app)
+        try:
+            return task._get_current_object()
+        except KeyError:  # NotRegistered: not a task of this app
+            return None
+        finally:
+            _state._set_current_app(before)
+    origin = task._get_current_object() if isinstance(task, Proxy) else task
+    if origin.app is app:
+        return origin
+    found = app.tasks.get(origin.name)
+    return found if found is not None and _function(found) is _function(origin) else None
+
+
+def _function(task: Any) -> Any:
+    """The function a task was made from (None for a Task subclass of its own)."""
+    function = getattr(task, "__wrapped__", None)
+    return getattr(function, "__func__", function)  # bind=True: a method of the task
 
 
 class _Unique:

@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeVar
+from urllib.parse import quote, unquote
 
 from django_redis_lock.core.attempts import Acquired
 from django_redis_lock.core.drivers import adrive, drive
@@ -29,7 +30,7 @@ from django_redis_lock.exceptions import AlreadyQueued, LockError
 from django_redis_lock.locked.naming import NameSpec, Naming
 from django_redis_lock.runtime import runtime
 from django_redis_lock.scripts import decode_read
-from django_redis_lock.validation import MAX_LABEL_LENGTH
+from django_redis_lock.validation import MAX_LABEL_LENGTH, shorten
 
 logger = logging.getLogger("django_redis_lock")
 
@@ -48,8 +49,12 @@ PREFIX = "unique:"
 ID_WAIT = 2.0
 _ID_POLL = 0.02
 
-# The end of a unique key's label: its task's state, and its id once known.
+# The end of a unique key's label: its task's state, and its id once known (as id_in_label
+# writes it: no space in it, so the last " as " is the one before the id).
 _STATE = re.compile(r" (queued|running)(?: as (\S+))?$")
+#: A label's part before its task's state is cut to this many characters at least, when a task
+#: id too long to fit makes the whole longer than MAX_LABEL_LENGTH (the id is kept whole).
+MIN_SHOWN_LABEL = 64
 # The key an enqueue holds while it sends its task: a backend that runs the task as it is
 # enqueued (Celery's eager mode, Django's immediate backend) starts it in the enqueue's own
 # context, and takes over that very object.
@@ -76,15 +81,31 @@ class UniqueSpec:
 
 
 def state_label(label: str, state: str, task_id: str | None) -> str:
-    """``label`` with the task's state (and id) after it, cut to fit MAX_LABEL_LENGTH."""
-    suffix = f" {state}" + (f" as {task_id}" if task_id else "")
-    return label[: MAX_LABEL_LENGTH - len(suffix)] + suffix
+    """``label`` with the task's state (and id) after it, cut to fit MAX_LABEL_LENGTH.
+
+    The id is written whole, whatever its length and characters (a duplicate enqueue reads it
+    back): whitespace, ``%`` and what cannot be printed as %-escapes; an id too long to fit
+    beside MIN_SHOWN_LABEL characters of ``label`` makes the label longer than
+    MAX_LABEL_LENGTH.
+    """
+    suffix = f" {state}" + (f" as {id_in_label(task_id)}" if task_id else "")
+    return shorten(label, max(MAX_LABEL_LENGTH - len(suffix), MIN_SHOWN_LABEL)) + suffix
+
+
+def id_in_label(task_id: str) -> str:
+    """``task_id`` as a label carries it: one word, printable (see :func:`task_of`)."""
+    return "".join(
+        char if char.isprintable() and not char.isspace() and char != "%" else quote(char)
+        for char in task_id
+    )
 
 
 def task_of(label: str) -> tuple[str | None, str | None]:
     """The state and the task id a unique key's label names (None: not named)."""
     found = _STATE.search(label)
-    return (found[1], found[2]) if found else (None, None)
+    if not found:
+        return None, None
+    return found[1], None if found[2] is None else unquote(found[2])  # never raises
 
 
 class Holder(NamedTuple):
@@ -195,12 +216,10 @@ def refused(spec: UniqueSpec, name: str, task_id: str | None) -> AlreadyQueued:
 def new_key(spec: UniqueSpec, name: str, label: str, *, running: bool = False) -> TaskKey:
     """The TaskKey of ``name``: the queued lease, not renewed; or, ``running``, the lock
     timeout (REDIS_LOCK["TIMEOUT"]), renewed by the watchdog while the task runs."""
-    if running:
-        return TaskKey(name, blocking=False, auto_renew=True, label=label, using=spec.using)
-    timeout, using = spec.timeout, spec.using
-    return TaskKey(
-        name, timeout=timeout, blocking=False, auto_renew=False, label=label, using=using
-    )
+    timeout = None if running else spec.timeout
+    key = TaskKey(name, timeout=timeout, blocking=False, auto_renew=running, using=spec.using)
+    key.label = label  # made by state_label: a long task id may take it past MAX_LABEL_LENGTH
+    return key
 
 
 def enqueue_once(

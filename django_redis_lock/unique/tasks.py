@@ -2,8 +2,10 @@
 before it): ``enqueue``/``aenqueue`` take the key; the task signals take it over and free it.
 
 A task is a frozen dataclass that workers import by its path, so @unique gives back the same
-task as an instance of a subclass of its class whose enqueue takes the key (``using()``
-keeps the subclass). Its arguments are turned into the key as the queue stores them (JSON).
+task as an instance of a subclass of its class whose enqueue takes the key: a subclass of its
+own, which knows its spec, so that two tasks made from one function keep theirs (``using()``
+keeps the subclass; a worker finds the spec from the class of the task it runs). Its
+arguments are turned into the key as the queue stores them (JSON).
 A backend chooses the task's id as it queues it: the key says "queued" until the enqueue
 writes the id, which a duplicate and a starting worker wait for (a moment).
 """
@@ -33,7 +35,6 @@ logger = logging.getLogger("django_redis_lock")
 
 # The tasks framework's modules: Django's own first.
 _FRAMEWORKS = ("django.tasks", "django_tasks")
-_subclasses: dict[type, type] = {}
 _running: dict[str, TaskKey] = {}
 _lock = threading.Lock()
 _connected: set[str] = set()
@@ -74,15 +75,15 @@ def _import(framework: str, name: str) -> Any:
     return getattr(utils, name)
 
 
-# What each unique task is, by its function's path: a worker finds it from the task it runs.
-_uniques: dict[str, _Unique] = {}
+# What each unique task is, by its own subclass: a worker finds it from the task it runs.
+_uniques: dict[type, _Unique] = {}
 
 
 def unique_django_task(task: Any, spec: UniqueSpec, framework: str) -> Any:
-    """``task`` as an instance of its class's unique subclass (see the module)."""
+    """``task`` as an instance of a unique subclass of its class, its own (see the module)."""
     cls = type(task)
-    subclass = _subclasses.get(cls) or _subclasses.setdefault(cls, _subclass(cls))
-    _uniques[task.module_path] = _Unique(task, spec, framework)
+    subclass = _subclass(cls)
+    _uniques[subclass] = _Unique(task, spec, framework)
     _connect(framework)
     fields = {f.name: getattr(task, f.name) for f in dataclasses.fields(task) if f.init}
     return subclass(**fields)
@@ -92,7 +93,7 @@ def _subclass(cls: Any) -> type:
     """``cls`` whose enqueue and aenqueue take the key first."""
 
     def enqueue(self: Any, *args: Any, **kwargs: Any) -> Any:
-        unique = _uniques[self.module_path]
+        unique = _uniques[type(self)]
         return enqueue_once(
             unique.spec,
             unique.name(args, kwargs),
@@ -104,7 +105,7 @@ def _subclass(cls: Any) -> type:
         )
 
     async def aenqueue(self: Any, *args: Any, **kwargs: Any) -> Any:
-        unique = _uniques[self.module_path]
+        unique = _uniques[type(self)]
 
         async def send() -> Any:
             return await cls.aenqueue(self, *args, **kwargs)
@@ -146,7 +147,7 @@ def _connect(framework: str) -> None:
 
 
 def _task_started(sender: Any, task_result: Any, **kwargs: Any) -> None:
-    unique = _uniques.get(task_result.task.module_path)
+    unique = _uniques.get(type(task_result.task))
     if unique is None:
         return
     task_id = str(task_result.id)
@@ -162,7 +163,7 @@ def _task_started(sender: Any, task_result: Any, **kwargs: Any) -> None:
 
 
 def _task_finished(sender: Any, task_result: Any, **kwargs: Any) -> None:
-    unique = _uniques.get(task_result.task.module_path)
+    unique = _uniques.get(type(task_result.task))
     if unique is None:
         return
     with _lock:

@@ -450,6 +450,62 @@ def test_bad_names_fail_at_decoration(name: Any, error: type[Exception]) -> None
         locked(name)(lambda: None)
 
 
+@pytest.mark.parametrize(
+    ("using", "unknown"),
+    [("no-such-alias", "'no-such-alias' is"), (["default", "builtin", "nope"], "'nope' is")],
+)
+def test_an_alias_not_in_caches_is_refused_at_decoration(using: Any, unknown: str) -> None:
+    with pytest.raises(ValueError, match=f"{unknown} not a cache alias in CACHES") as refused:
+        locked("x", using=using)
+    assert "configured: 'default', 'builtin'" in str(refused.value)  # what the user can pick
+    locked("x", using="builtin")  # one that is there
+
+
+def test_an_alias_named_before_the_settings_are_loaded_is_a_system_check_error(
+    redis_url: str,
+) -> None:
+    """Reading the settings as it decorates could load them in the middle of an import (of
+    the settings module itself, even): the decoration is checked at startup instead."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = f"""
+import django
+from django.conf import settings
+from django_redis_lock import locked, unique
+locked("x", using="no-such-alias")
+unique("y", using=["default", "q1", "q2"])
+locked("z", using="default")
+settings.configure(
+    INSTALLED_APPS=["django_redis_lock"],
+    CACHES={{"default": {{"BACKEND": "django_redis.cache.RedisCache", "LOCATION": {redis_url!r}}}}},
+)
+django.setup()
+from django.core.checks import run_checks
+for message in run_checks():
+    if message.id == "django_redis_lock.E016":
+        print(message.msg)
+"""
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        env={**env, "PYTHONPATH": str(root)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert done.stdout.splitlines() == [
+        "@locked(using='no-such-alias'): 'no-such-alias' is not a cache alias in CACHES "
+        "(configured: 'default').",
+        "@unique(using=('default', 'q1', 'q2')): 'q1' and 'q2' are not cache aliases in CACHES "
+        "(configured: 'default').",
+    ]
+
+
 @locked("export:{user}:{fmt}")
 def export(user: str, fmt: str, inner: tuple[str, str] | None = None) -> str:
     """Runs ``export(*inner)`` while holding its own lock, when given."""

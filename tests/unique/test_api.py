@@ -26,6 +26,8 @@ from tests.helpers import wait_until
         ({"label": "x" * 300}, ValueError, "label"),
         ({"using": 3}, TypeError, "using"),
         ({"using": ["a"]}, ValueError, "at least 3 cache aliases"),
+        ({"using": "nope"}, ValueError, r"'nope' is not a cache alias in CACHES \(configured: "),
+        ({"using": ["default", "x", "y"]}, ValueError, "'x' and 'y' are not cache aliases"),
     ],
 )
 def test_bad_options_are_refused_at_the_call(
@@ -75,6 +77,47 @@ def test_a_template_naming_no_argument_is_refused_at_the_first_enqueue(celery_ap
     assert get_lock_manager().get("unique:report:1") is None
 
 
+def _report(report_id: int) -> int:
+    """One function, several Celery tasks made from it below."""
+    return report_id
+
+
+# A queue no worker reads: what is sent there stays queued.
+NOBODY = "tests.unique.nobody"
+
+
+def test_every_app_that_has_the_task_takes_its_key(
+    celery_app: Any, celery_broker_server: RedisServer
+) -> None:
+    """An app not made current (set_as_current=False) has its own instance of every shared task
+    (@shared_task, and @app.task unless shared=False): each instance takes its task's key, with
+    its own spec (two tasks from one function keep theirs)."""
+    from celery import Celery, shared_task
+
+    early = Celery("early", set_as_current=False, broker=celery_broker_server.url)
+    early.finalize()  # before the tasks are made: Celery gives it the shared one at once
+    shared = unique("shared:{report_id}")(shared_task(name="tests.unique.shared")(_report))
+    own = celery_app.task(name="tests.unique.own")(_report)
+    unique("own:{report_id}", on_duplicate="raise")(own)
+    late = Celery("late", set_as_current=False, broker=celery_broker_server.url)
+    try:
+        for app in (early, late):
+            first = app.tasks["tests.unique.shared"].apply_async((1,), queue=NOBODY)
+            again = app.tasks["tests.unique.shared"].apply_async((1,), queue=NOBODY)
+            assert again.id == first.id
+        assert shared.apply_async((1,), queue=NOBODY).id == first.id  # the current app's
+        late.tasks["tests.unique.own"].apply_async((1,), queue=NOBODY)
+        with pytest.raises(AlreadyQueued):
+            late.tasks["tests.unique.own"].apply_async((1,), queue=NOBODY)
+        with pytest.raises(AlreadyQueued):
+            own.apply_async((1,), queue=NOBODY)
+        names = sorted(info.name for info in get_lock_manager().list("unique:*"))
+        assert names == ["unique:own:1", "unique:shared:1"]
+    finally:
+        early.close()
+        late.close()
+
+
 def test_alreadyqueued_is_a_lockbusy_with_the_task_id() -> None:
     error = AlreadyQueued("held", "abc")
     assert isinstance(error, LockBusy)
@@ -89,6 +132,14 @@ def test_labels_say_the_state_and_the_task_and_fit() -> None:
     long = state_label("x" * 300, "running", "id")
     assert len(long) == 256
     assert task_of(long) == ("running", "id")
+
+
+@pytest.mark.parametrize("task_id", ["a b", "x" * 1000, "50%\n\u2028\u00e9 queued as 7"])
+def test_a_label_carries_the_whole_task_id_whatever_it_holds(task_id: str) -> None:
+    label = state_label("app.tasks.report " * 20, "queued", task_id)
+    assert task_of(label) == ("queued", task_id)
+    assert label.startswith("app.tasks.report")  # the task still shown, if shortened
+    assert " " not in label.rpartition(" as ")[2]
 
 
 def test_the_key_is_made_from_the_arguments_as_the_queue_stores_them(celery_app: Any) -> None:

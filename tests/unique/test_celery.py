@@ -180,3 +180,32 @@ def _eager_then_failed_send(app: Any, rebuild_report: Any, redis_client: redis.R
     with pytest.raises(SerializerNotInstalled):  # the key is taken, then the send fails
         rebuild_report.apply_async((6, "gate:e6"), serializer="no-such-serializer")
     assert get_lock_manager().get("unique:report:6") is None  # given back
+
+
+@pytest.mark.usefixtures("worker")
+@pytest.mark.parametrize(
+    "task_id",
+    ["x" * 300, "report 8 of 2024", "tab\there\nnew%20line \u00e9\u2028", "-" * 5000],
+    ids=["long", "spaces", "odd-characters", "very-long"],
+)
+def test_any_task_id_celery_takes_is_the_one_a_duplicate_gets(
+    redis_client: redis.Redis, task_id: str
+) -> None:
+    from testproject.tasks import rebuild_report, send_digest
+
+    first = rebuild_report.apply_async((8, "gate:t8"), task_id=task_id, countdown=1)
+    assert first.id == task_id
+    assert rebuild_report.delay(8, "gate:t8-dup").id == task_id  # at once, not after a wait
+    digest = send_digest.apply_async((8, "gate:t8d"), task_id=task_id + "-digest", countdown=1)
+    with pytest.raises(AlreadyQueued) as refused:
+        send_digest.delay(8, "gate:t8d-dup")
+    assert refused.value.task_id == digest.id
+    assert gate_started(redis_client, "gate:t8") == "8"
+    wait_until(lambda: "running" in label_of("unique:report:8"), timeout=RESULT_SECONDS)
+    assert rebuild_report.delay(8, "gate:t8-dup").id == task_id  # running: the same task
+    redis_client.rpush("gate:t8", "open")
+    redis_client.rpush("gate:t8d", "open")
+    assert first.get(timeout=RESULT_SECONDS) == "report 8 rebuilt"
+    assert digest.get(timeout=RESULT_SECONDS) == "digest 8 sent"
+    wait_until(lambda: get_lock_manager().get("unique:report:8") is None, timeout=5)
+    assert redis_client.llen("gate:t8-dup:started") == 0  # no duplicate ever ran

@@ -86,6 +86,27 @@ def test_the_immediate_backend_refuses_a_duplicate_while_the_task_runs(
     assert redis_client.llen("gate:i1-dup:started") == 0
 
 
+def test_two_unique_tasks_of_one_function_keep_their_own_spec(redis_client: redis.Redis) -> None:
+    from django_redis_lock import unique
+    from testproject import jobs
+    from testproject.gates import through_gate
+
+    by_gate = unique("gate:{gate}")(jobs.task(through_gate))
+    by_value = unique("value:{value}", until="executing")(jobs.task(through_gate))
+    for task, value in ((by_gate, 1), (by_value, 2)):
+        running = threading.Thread(target=task.enqueue, args=(f"gate:o{value}", value))
+        running.start()
+        try:
+            assert gate_started(redis_client, f"gate:o{value}") == str(value)
+            held = [info.name for info in get_lock_manager().list("unique:*")]
+            # by_gate keeps its key while it runs; by_value's was freed as it started.
+            assert held == (["unique:gate:gate:o1"] if task is by_gate else [])
+        finally:
+            redis_client.rpush(f"gate:o{value}", "open")
+            running.join(RESULT_SECONDS)
+    assert list(get_lock_manager().list("unique:*")) == []
+
+
 # -- django-tasks-db's db_worker ---------------------------------------------------------------
 
 
