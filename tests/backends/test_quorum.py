@@ -700,7 +700,7 @@ def quorum_worker(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[None]:
     """A Celery worker process whose locks are quorum locks on the five primaries."""
-    pytest.importorskip("celery", reason="Celery is not installed (pip install .[test])")
+    pytest.importorskip("celery", reason="Celery is not installed (requirements/test.txt)")
     from tests.celery_worker import celery_worker
 
     env = {
