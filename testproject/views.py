@@ -1,8 +1,9 @@
 """The demo page: see the held locks, take one, release one.
 
 The Lock objects this process acquired are kept in a module-level dict, so that "Release" acts
-through the same object that holds the lock (a compare-and-delete on its secret); a lock taken
-by anyone else is force-released through the manager instead.
+through the same object that holds the lock (a compare-and-delete on its secret); a hold taken
+by anyone else (a lock, one place of a semaphore, a reader or the writer of a read/write lock, a
+unique task's key) is force-released through the manager, by the fencing token the page showed.
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 import django_redis_lock
+from django_redis_lock.unique.keys import PREFIX as UNIQUE_PREFIX
 
 if TYPE_CHECKING:
-    from django_redis_lock import Lock
+    from django_redis_lock import Lock, LockInfo
 
 MAX_LISTED = 200
 LABEL = "demo page"
@@ -36,6 +38,19 @@ def forget_held_locks() -> None:
     """Forget the Lock objects this process took (the tests start each from none)."""
     with _held_guard:
         _held.clear()
+
+
+#: How each kind of hold reads in the table (LockInfo.kind: "lock", "semaphore", "read", "write").
+KIND_NAMES = {"lock": "lock", "semaphore": "semaphore place", "read": "reader", "write": "writer"}
+
+
+def kind_of(info: LockInfo) -> str:
+    """What a row holds, in words: ``lock``, ``semaphore place (of 3)``, ``reader``, ``writer``,
+    or ``unique task key`` (the lock @unique takes for a queued or running task)."""
+    if info.kind == "lock" and info.name.startswith(UNIQUE_PREFIX):
+        return "unique task key"
+    kind = KIND_NAMES.get(info.kind, info.kind)
+    return f"{kind} (of {info.limit})" if info.kind == "semaphore" else kind
 
 
 class AcquireForm(forms.Form):
@@ -63,8 +78,16 @@ def index(request: HttpRequest) -> HttpResponse:
         if error is None and not truncated:
             for name in [n for n, lk in _held.items() if (n, lk.fencing_token) not in listed]:
                 del _held[name]
-        mine = {name for name, lk in _held.items() if (name, lk.fencing_token) in listed}
-    rows = [{"info": info, "mine": info.name in mine} for info in locks]
+        mine = {(name, lk.fencing_token) for name, lk in _held.items()}
+    # This process's own Lock objects hold plain locks only (the acquire form's).
+    rows = [
+        {
+            "info": info,
+            "kind": kind_of(info),
+            "mine": info.kind == "lock" and (info.name, info.fencing_token) in mine,
+        }
+        for info in locks
+    ]
     context = {
         "rows": rows,
         "error": error,
@@ -114,15 +137,21 @@ def acquire(request: HttpRequest) -> HttpResponseRedirect:
 
 @require_POST
 def release(request: HttpRequest) -> HttpResponseRedirect:
-    """Release through our own Lock object when we hold that hold, else force-release."""
+    """Release through our own Lock object when we hold that hold, else force-release the
+    hold the page showed (its fencing token): that lock, semaphore place, reader or writer,
+    and not a hold someone took since."""
     name = request.POST.get("name", "")
-    token = request.POST.get("token", "")
     if not name:
         messages.error(request, "No lock name given.")
         return redirect("demo")
+    try:
+        token = int(request.POST.get("token", ""))
+    except ValueError:
+        messages.error(request, "No valid fencing token given.")
+        return redirect("demo")
     with _held_guard:
         lk = _held.get(name)
-        if lk is not None and str(lk.fencing_token) == token:
+        if lk is not None and lk.fencing_token == token:
             del _held[name]
         else:
             lk = None
@@ -130,10 +159,12 @@ def release(request: HttpRequest) -> HttpResponseRedirect:
         if lk is not None:
             lk.release()
             messages.success(request, f"Released {name!r}.")
-        elif django_redis_lock.get_lock_manager().release(name):
-            messages.success(request, f"Force-released {name!r}.")
+            return redirect("demo")
+        released = django_redis_lock.get_lock_manager().force_release(name, fencing_token=token)
+        if released is None:
+            messages.info(request, f"{name!r} was not held by that holder any more.")
         else:
-            messages.info(request, f"{name!r} was not held.")
+            messages.success(request, f"Force-released {name!r} (fencing token {token}).")
     except django_redis_lock.LockNotOwned:
         messages.warning(request, f"{name!r} had already expired or been force-released.")
     except django_redis_lock.LockUnavailable as exc:

@@ -11,14 +11,17 @@ import os
 import select
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from concurrent.futures import Future
+from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
+import pytest
 import redis
 from django.core.management import CommandError, call_command
 from django.dispatch import Signal
@@ -434,13 +437,55 @@ def record_stats(
     client.hset(keys(name).stats, mapping=mapping)  # type: ignore[arg-type]
 
 
+#: The repository: spawned children run there (it is on their path, as on the suite's).
+ROOT = Path(__file__).resolve().parents[1]
 #: How long the children of a test may run before they are killed and the test fails.
 CHILD_SECONDS = 120.0
 
 
+#: For a test whose point is a fork (what a child inherits: the watchdog, connections): Python
+#: 3.12+ warns that forking a process whose threads run (the watchdog's, the test server's) may
+#: deadlock the child. The library is built to survive exactly that; other tests spawn.
+fork_is_the_point = pytest.mark.filterwarnings(
+    r"ignore:This process \(pid=\d+\) is multi-threaded, use of fork:DeprecationWarning"
+)
+
+# What a spawned child runs: Django set up with the parent's settings, then the target.
+_SPAWNED = """
+import importlib, json, sys
+import django
+django.setup()
+module = importlib.import_module(sys.argv[1])
+getattr(module, sys.argv[2])(*json.loads(sys.argv[3]))
+"""
+_spawned: dict[int, subprocess.Popen[bytes]] = {}
+
+
+def spawn_child(target: Callable[..., object], *args: object) -> int:
+    """Run ``target(*args)`` (a module-level function; ``args`` JSON values) in a new Python
+    process, with the suite's settings, its Redis and this test's ``CACHES`` and ``REDIS_LOCK``;
+    its pid. The child exits 0 when ``target`` returned, 1 when it raised.
+
+    A new process rather than a fork: forking a process whose threads run (the watchdog, the
+    test server) may deadlock the child (Python 3.12+ warns of it)."""
+    from django.conf import settings
+
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "testproject.settings",
+        "TESTPROJECT_CACHES": json.dumps(settings.CACHES),
+        "TESTPROJECT_REDIS_LOCK": json.dumps(settings.REDIS_LOCK),
+    }
+    command = [sys.executable, "-c", _SPAWNED, target.__module__, target.__qualname__]
+    process = subprocess.Popen([*command, json.dumps(args)], cwd=ROOT, env=env)
+    _spawned[process.pid] = process
+    return process.pid
+
+
 def fork_child(work: Callable[[], object]) -> int:
     """Run ``work()`` in a forked child process; its pid. The child exits 0 when ``work``
-    returned, 1 when it raised."""
+    returned, 1 when it raised. Only for a test whose point is the fork (mark it
+    ``fork_is_the_point``); else :func:`spawn_child`."""
     pid = os.fork()
     if pid == 0:
         code = 1
@@ -468,6 +513,8 @@ def wait_children(pids: Sequence[int], timeout: float = CHILD_SECONDS) -> list[i
             if not done:
                 raise AssertionError(f"child {pid} still ran after {timeout:g} s")
             codes[pid] = os.waitstatus_to_exitcode(status)
+            if pid in _spawned:  # reaped here: its Popen must not wait for it again
+                _spawned.pop(pid).returncode = codes[pid]
     finally:
         for pid in pids:
             if pid not in codes:
@@ -475,6 +522,8 @@ def wait_children(pids: Sequence[int], timeout: float = CHILD_SECONDS) -> list[i
                     os.kill(pid, signal.SIGKILL)
                 with contextlib.suppress(ChildProcessError):
                     os.waitpid(pid, 0)
+                if pid in _spawned:
+                    _spawned.pop(pid).returncode = -signal.SIGKILL
     return [codes[pid] for pid in pids]
 
 

@@ -52,7 +52,7 @@ def missing() -> str | None:
     try:
         import psycopg  # noqa: F401
     except ImportError:
-        return "psycopg is not installed (pip install -e '.[test]')"
+        return "psycopg is not installed (pip install -r requirements/test.txt)"
     return None
 
 

@@ -3,7 +3,7 @@ from django.db.models import F
 from django.http import JsonResponse
 
 from django_redis_lock import current_lock, fenced_update, lock, locked
-from testproject.models import Account
+from myapp.models import Account
 
 
 def withdraw(pk, amount):

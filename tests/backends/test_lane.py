@@ -17,7 +17,13 @@ from django_redis_lock import LockUnavailable, lock
 from django_redis_lock.backends.lane import Lane
 from django_redis_lock.runtime import runtime
 from testproject.settings import build_caches
-from tests.helpers import builtin_cache_with, fork_child, keys, wait_children
+from tests.helpers import (
+    builtin_cache_with,
+    fork_child,
+    fork_is_the_point,
+    keys,
+    wait_children,
+)
 
 CYCLES = 50
 
@@ -98,6 +104,7 @@ def test_threads_share_the_lane_and_each_reads_its_own_replies() -> None:
     assert 1 <= lane.made <= 7
 
 
+@fork_is_the_point  # the connection a forked child inherits
 def test_a_forked_child_never_uses_its_parents_connections() -> None:
     """A child forked with the lane's connection idle (the runtime makes a child backends of
     its own, so the lane is called directly here): parent and child, at once, each read the

@@ -33,7 +33,9 @@ from tests.helpers import (
     SyncDriver,
     eviction_looked,
     fork_child,
+    fork_is_the_point,
     received,
+    spawn_child,
     start,
     wait_children,
     wait_for_unread_request,
@@ -252,25 +254,26 @@ def test_tokens_grow_across_majorities_that_share_one_primary(quorum: list[redis
     second.release()
 
 
+def _log_sections(log: str, worker: int) -> None:
+    """What each spawned process does: 30 sections, each written to ``log`` with its token."""
+    with open(log, "a") as out:
+        for _ in range(30):
+            with lock("contended", timeout=5, blocking_timeout=30) as held:
+                start = time.monotonic_ns()
+                token = held.fencing_token
+                time.sleep(0.001)  # the work of the section
+                end = time.monotonic_ns()
+            out.write(json.dumps([start, end, token, worker]) + "\n")
+            out.flush()
+
+
 def test_tokens_increase_in_section_order_across_processes(
     quorum: list[redis.Redis], tmp_path: Any
 ) -> None:
     """Four processes, 30 sections each: no two sections overlap, and every section's token is
     larger than the one before it (by the sections' order in time)."""
     log = tmp_path / "sections"
-
-    def work(worker: int) -> None:
-        with open(log, "a") as out:
-            for _ in range(30):
-                with lock("contended", timeout=5, blocking_timeout=30) as held:
-                    start = time.monotonic_ns()
-                    token = held.fencing_token
-                    time.sleep(0.001)  # the work of the section
-                    end = time.monotonic_ns()
-                out.write(json.dumps([start, end, token, worker]) + "\n")
-                out.flush()
-
-    pids = [fork_child(lambda worker=worker: work(worker)) for worker in range(4)]
+    pids = [spawn_child(_log_sections, str(log), worker) for worker in range(4)]
     assert wait_children(pids) == [0, 0, 0, 0]
     sections = sorted(json.loads(line) for line in log.read_text().splitlines())
     assert len(sections) == 120
@@ -700,7 +703,7 @@ def quorum_worker(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[None]:
     """A Celery worker process whose locks are quorum locks on the five primaries."""
-    pytest.importorskip("celery", reason="Celery is not installed (pip install .[test])")
+    pytest.importorskip("celery", reason="Celery is not installed (requirements/test.txt)")
     from tests.celery_worker import celery_worker
 
     env = {
@@ -823,6 +826,7 @@ def test_a_client_that_encodes_text_otherwise_gets_its_own_encoding() -> None:
     assert wire.pack_command(parts, "latin-1", "strict") == expected
 
 
+@fork_is_the_point  # the connections a forked child inherits
 def test_each_thread_and_each_forked_child_talks_on_connections_of_its_own(
     quorum: list[redis.Redis],
 ) -> None:

@@ -10,7 +10,7 @@ import time
 import redis
 
 from django_redis_lock import lock
-from tests.helpers import fork_child, wait_children
+from tests.helpers import spawn_child, wait_children
 
 
 def _count_under_lock(url: str, rounds: int) -> None:
@@ -24,29 +24,27 @@ def _count_under_lock(url: str, rounds: int) -> None:
 def test_four_processes_keep_a_non_atomic_counter_exact(
     redis_url: str, redis_client: redis.Redis
 ) -> None:
-    pids = [fork_child(lambda: _count_under_lock(redis_url, 100)) for _ in range(4)]
+    pids = [spawn_child(_count_under_lock, redis_url, 100) for _ in range(4)]
     assert wait_children(pids) == [0, 0, 0, 0]
     assert int(redis_client.get("counter-value") or 0) == 400
 
 
-def test_lock_of_a_killed_holder_is_free_within_its_lease() -> None:
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            held = lock("killed", timeout=1.0)  # auto-renewed: only death stops it
-            held.acquire()
-            os.write(write, b"1")
-            time.sleep(30)
-        finally:
-            os._exit(0)
-    os.close(write)
-    assert os.read(read, 1) == b"1"
-    os.close(read)
+def _hold_until_killed(url: str) -> None:
+    held = lock("killed", timeout=1.0)  # auto-renewed: only death stops it
+    held.acquire()
+    redis.Redis.from_url(url).rpush("holding", 1)
+    time.sleep(60)
+
+
+def test_lock_of_a_killed_holder_is_free_within_its_lease(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    pid = spawn_child(_hold_until_killed, redis_url)
+    assert redis_client.blpop(["holding"], timeout=30)
     assert not lock("killed", blocking=False).acquire()
     os.kill(pid, signal.SIGKILL)
     killed = time.monotonic()
-    os.waitpid(pid, 0)
+    assert wait_children([pid]) == [-signal.SIGKILL]
     survivor = lock("killed", blocking_timeout=5)
     assert survivor.acquire()
     assert time.monotonic() - killed < 1.0 + 0.3
@@ -69,7 +67,7 @@ def test_forty_processes_on_short_leases_all_get_their_turn(
     """40 processes on one lock with 0.3 s leases, on a machine with fewer cores: replies
     come late under such load, and a late grant is given back and waited for again, never an
     error for an acquire that may wait (issue 20); no two sections overlap."""
-    pids = [fork_child(lambda: _sections(redis_url, 3)) for _ in range(40)]
+    pids = [spawn_child(_sections, redis_url, 3) for _ in range(40)]
     assert wait_children(pids) == [0] * 40
     sections = sorted(
         tuple(map(float, entry.split())) for entry in redis_client.lrange("crowded-sections", 0, -1)

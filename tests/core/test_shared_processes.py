@@ -6,12 +6,13 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Callable
 
 import pytest
 import redis
 
 from django_redis_lock import rwlock, semaphore
-from tests.helpers import fork_child, wait_children, wait_until
+from tests.helpers import spawn_child, wait_children, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -37,37 +38,64 @@ def _logged(client: redis.Redis, key: str) -> list[tuple[float, float]]:
     ]
 
 
+def _ready(log: redis.Redis) -> None:
+    """In a spawned process: say it is up, and wait until all of the test's are (they take
+    a while to start), so that they contend."""
+    log.rpush("ready", os.getpid())
+    assert log.blpop(["go"], timeout=60)
+
+
+def _spawn_together(redis_url: str, target: Callable[..., None]) -> list[int]:
+    """PROCESSES spawned processes running ``target(i, redis_url)``, let go at once."""
+    children = [spawn_child(target, i, redis_url) for i in range(PROCESSES)]
+    try:
+        # A client without a socket timeout: the processes may take seconds to start.
+        with redis.Redis.from_url(redis_url) as client:
+            for _ in children:
+                assert client.blpop(["ready"], timeout=60)
+            client.rpush("go", *children)
+    except BaseException:
+        wait_children(children, timeout=0)  # none left behind
+        raise
+    return children
+
+
+def _take_places(i: int, redis_url: str) -> None:
+    with redis.Redis.from_url(redis_url) as log:
+        _ready(log)
+        for _ in range(ROUNDS):
+            with semaphore("crowded", LIMIT, blocking_timeout=30):
+                start = time.monotonic()  # CLOCK_MONOTONIC: one clock for the machine
+                time.sleep(0.01)
+                log.rpush("sections", f"{start} {time.monotonic()}")
+
+
 def test_never_more_than_limit_holders_from_several_processes(
     redis_client: redis.Redis, redis_url: str
 ) -> None:
-    def work() -> None:
-        with redis.Redis.from_url(redis_url) as log:
-            for _ in range(ROUNDS):
-                with semaphore("crowded", LIMIT, blocking_timeout=30):
-                    start = time.monotonic()  # CLOCK_MONOTONIC: one clock for the machine
-                    time.sleep(0.01)
-                    log.rpush("sections", f"{start} {time.monotonic()}")
-
-    children = [fork_child(work) for _ in range(PROCESSES)]
+    children = _spawn_together(redis_url, _take_places)
     assert wait_children(children, timeout=120) == [0] * PROCESSES
     sections = _logged(redis_client, "sections")
     assert len(sections) == PROCESSES * ROUNDS
     assert _most_at_once(sections) == LIMIT  # full use, and never more
 
 
+def _read_or_write(i: int, redis_url: str) -> None:
+    writes = i % 4 == 0
+    document = rwlock("shared-doc", blocking_timeout=30)
+    with redis.Redis.from_url(redis_url) as log:
+        _ready(log)
+        for _ in range(ROUNDS):
+            with document.write() if writes else document.read():
+                start = time.monotonic()
+                time.sleep(0.005)
+                log.rpush("writes" if writes else "reads", f"{start} {time.monotonic()}")
+
+
 def test_one_writer_or_readers_from_several_processes(
     redis_client: redis.Redis, redis_url: str
 ) -> None:
-    def work(writes: bool) -> None:
-        document = rwlock("shared-doc", blocking_timeout=30)
-        with redis.Redis.from_url(redis_url) as log:
-            for _ in range(ROUNDS):
-                with document.write() if writes else document.read():
-                    start = time.monotonic()
-                    time.sleep(0.005)
-                    log.rpush("writes" if writes else "reads", f"{start} {time.monotonic()}")
-
-    children = [fork_child(lambda i=i: work(i % 4 == 0)) for i in range(PROCESSES)]
+    children = _spawn_together(redis_url, _read_or_write)
     assert wait_children(children, timeout=120) == [0] * PROCESSES
     writes, reads = _logged(redis_client, "writes"), _logged(redis_client, "reads")
     assert len(writes) == 2 * ROUNDS
@@ -78,17 +106,20 @@ def test_one_writer_or_readers_from_several_processes(
     assert _most_at_once(reads) > 1  # readers did share
 
 
+LEASE = 1.0
+
+
+def _hold_until_killed(redis_url: str) -> None:
+    held = semaphore("killed", 2, timeout=LEASE)
+    assert held.acquire(blocking_timeout=10)
+    with redis.Redis.from_url(redis_url) as client:
+        client.rpush("holding", os.getpid())
+    time.sleep(60)  # until killed; the watchdog renews meanwhile
+
+
 def test_sigkilled_holders_places_come_back_at_their_lease(redis_url: str) -> None:
-    lease = 1.0
-
-    def hold() -> None:
-        held = semaphore("killed", 2, timeout=lease)
-        assert held.acquire(blocking_timeout=10)
-        with redis.Redis.from_url(redis_url) as client:
-            client.rpush("holding", os.getpid())
-        time.sleep(60)  # until killed; the watchdog renews meanwhile
-
-    children = [fork_child(hold) for _ in range(2)]
+    lease = LEASE
+    children = [spawn_child(_hold_until_killed, redis_url) for _ in range(2)]
     with redis.Redis.from_url(redis_url) as client:
         for _ in children:
             assert client.blpop(["holding"], timeout=30)

@@ -21,7 +21,17 @@ import redis
 
 from django_redis_lock import Lock, lock, signals
 from django_redis_lock.runtime import runtime
-from tests.helpers import SYNC, SyncDriver, commandstats, keys, listen, start, wait_until
+from tests.helpers import (
+    SYNC,
+    SyncDriver,
+    commandstats,
+    keys,
+    listen,
+    spawn_child,
+    start,
+    wait_children,
+    wait_until,
+)
 
 
 @pytest.fixture
@@ -275,22 +285,23 @@ def test_cancelled_async_waiter_leaves_the_queue(
     assert lock("cancelled").acquire(blocking=False)  # nobody was handed a dead hold
 
 
+def _wait_in_the_queue(name: str, timeout: float) -> None:
+    """What a spawned child does: wait for ``name`` (until it is killed, as a rule)."""
+    lock(name, timeout=timeout).acquire(blocking_timeout=30)
+
+
 @pytest.mark.slow
 def test_a_newcomer_does_not_jump_the_queue_when_a_lease_runs_out(
     redis_client: redis.Redis,
 ) -> None:
-    holder = lock("queue-jump", timeout=0.5, auto_renew=False)  # never released: it dies
+    holder = lock("queue-jump", timeout=60, auto_renew=False)  # never released: it dies
     holder.acquire()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            lock("queue-jump", timeout=60).acquire(blocking_timeout=30)
-        finally:
-            os._exit(0)
+    pid = spawn_child(_wait_in_the_queue, "queue-jump", 60)
     queue_jump = keys("queue-jump")
-    wait_until(lambda: redis_client.zcard(queue_jump.queue) == 1)
+    wait_until(lambda: redis_client.zcard(queue_jump.queue) == 1, timeout=30)
     os.kill(pid, signal.SIGKILL)  # queued for seconds yet, but it will not look again
-    os.waitpid(pid, 0)
+    wait_children([pid])
+    holder.extend(0.5, replace_ttl=True)  # the lease runs out half a second from now
     wait_until(lambda: not redis_client.exists(queue_jump.lock), timeout=2)  # lease over
     newcomer = lock("queue-jump")
     assert not newcomer.acquire(blocking=False)  # the lock went to the waiter queued first
@@ -313,16 +324,11 @@ def test_waiter_killed_while_queued_delays_the_next_by_the_hand_over_lease_only(
 ) -> None:
     holder = lock("dead-waiter", auto_renew=False)
     holder.acquire()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            lock("dead-waiter", timeout=dead_timeout).acquire(blocking_timeout=30)
-        finally:
-            os._exit(0)
+    pid = spawn_child(_wait_in_the_queue, "dead-waiter", dead_timeout)
     queue = keys("dead-waiter").queue
-    wait_until(lambda: redis_client.zcard(queue) == 1)
+    wait_until(lambda: redis_client.zcard(queue) == 1, timeout=30)
     os.kill(pid, signal.SIGKILL)
-    os.waitpid(pid, 0)
+    wait_children([pid])
     waiter = _waiter(SYNC, "dead-waiter", blocking_timeout=20)
     wait_until(lambda: redis_client.zcard(queue) == 2)
     released = time.monotonic()

@@ -20,6 +20,7 @@ from tests.helpers import (
     WatchdogThread,
     builtin_cache_with,
     commandstats,
+    fork_is_the_point,
     keys,
     received,
     wait_until,
@@ -84,6 +85,7 @@ def test_dropped_lock_object_is_not_renewed_forever(redis_client: redis.Redis) -
     wait_until(lambda: not redis_client.hexists(key, "s"), timeout=2)
 
 
+@fork_is_the_point  # what a forked child inherits of the watchdog
 def test_child_process_never_renews_the_parents_locks() -> None:
     held = lock("parent-only", timeout=0.3)
     held.acquire()

@@ -65,7 +65,9 @@ def test_force_release_of_a_lock_held_elsewhere(client: Client) -> None:
     response = client.post(
         "/release/", {"name": "nightly", "token": str(other.fencing_token)}, follow=True
     )
-    assert _messages(response) == ["Force-released 'nightly'."]
+    assert _messages(response) == [
+        f"Force-released 'nightly' (fencing token {other.fencing_token})."
+    ]
     assert not other.owned()
 
 
@@ -118,3 +120,69 @@ def test_the_demo_page_starts_the_job_with_a_post_that_opens_a_tab(client: Clien
         content
     )
     assert "<code>demo:slow-job:nightly</code>\n    for 2.5 s" in content
+
+
+def _row_of(content: str, name: str) -> str:
+    """The table row (``<tr>...</tr>``) whose name cell shows ``name``."""
+    for row in content.split("<tr")[1:]:
+        if f"<code>{name}</code>" in row:
+            return row.split("</tr>")[0]
+    raise AssertionError(f"no row for {name!r}")
+
+
+def test_each_row_shows_what_is_held(client: Client) -> None:
+    held = [
+        django_redis_lock.lock("plain", auto_renew=False),
+        django_redis_lock.semaphore("pool", 3, auto_renew=False),
+        django_redis_lock.rwlock("catalogue", auto_renew=False).read(),
+        django_redis_lock.rwlock("prices", auto_renew=False).write(),
+        django_redis_lock.lock("unique:report:1", auto_renew=False, label="x queued as abc"),
+    ]
+    for each in held:
+        assert each.acquire()
+    content = client.get("/").content.decode()
+    kinds = {
+        "plain": "lock",
+        "pool": "semaphore place (of 3)",
+        "catalogue": "reader",
+        "prices": "writer",
+        "unique:report:1": "unique task key",
+    }
+    for name, kind in kinds.items():
+        assert f'<td class="kind">{kind}</td>' in _row_of(content, name), name
+    for each in held:
+        each.release()
+
+
+def test_force_release_of_a_semaphore_place_releases_that_holder(client: Client) -> None:
+    first, second = (django_redis_lock.semaphore("pool", 2, auto_renew=False) for _ in range(2))
+    assert first.acquire()
+    assert second.acquire()
+    assert ">Force release</button>" in client.get("/").content.decode()
+    response = client.post(
+        "/release/", {"name": "pool", "token": str(second.fencing_token)}, follow=True
+    )
+    assert _messages(response) == [f"Force-released 'pool' (fencing token {second.fencing_token})."]
+    assert not second.owned()
+    assert first.owned()  # the other place is left alone
+    first.release()
+
+
+def test_force_release_leaves_a_later_holder_alone(client: Client) -> None:
+    """The button names the hold the page showed: when that hold ended and someone else took
+    the lock meanwhile, the new holder keeps it."""
+    earlier = django_redis_lock.lock("nightly", auto_renew=False)
+    assert earlier.acquire()
+    shown = earlier.fencing_token
+    earlier.release()
+    later = django_redis_lock.lock("nightly", auto_renew=False)
+    assert later.acquire()
+    response = client.post("/release/", {"name": "nightly", "token": str(shown)}, follow=True)
+    assert _messages(response) == ["'nightly' was not held by that holder any more."]
+    assert later.owned()
+    later.release()
+
+
+def test_a_release_with_a_token_that_is_no_number_is_refused(client: Client) -> None:
+    response = client.post("/release/", {"name": "nightly", "token": "x"}, follow=True)
+    assert _messages(response) == ["No valid fencing token given."]

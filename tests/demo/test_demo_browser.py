@@ -64,3 +64,66 @@ def test_second_tab_answers_423_while_the_first_runs(
     browser.switch_to.window(first)
     wait_for_text(browser, "Job nightly done", timeout=JOB_SECONDS + 10)
     assert get_lock_manager().get(JOB_LOCK) is None
+
+
+#: A lock name and an owner with no place to break a line, as a new user's trial had them.
+LONG_NAME = "report:" + "quarterly-revenue-by-region-and-product-line-" * 4 + "2026"
+#: The viewport widths the held-locks card must fit: a phone, a laptop, a wide screen.
+WIDTHS = (400, 1280, 1600)
+
+_GEOMETRY = """
+const box = (element) => element.getBoundingClientRect().toJSON();
+const card = document.querySelector("table.held").closest("section");
+return {
+  viewport: document.documentElement.clientWidth,
+  page: document.documentElement.scrollWidth,
+  card: box(card),
+  table: box(document.querySelector("table.held")),
+  buttons: [...card.querySelectorAll("button")].map(box),
+  kinds: [...card.querySelectorAll("td.kind")].map((cell) => cell.textContent),
+};
+"""
+
+
+def _inside(inner: dict[str, float], outer: dict[str, float]) -> bool:
+    return (
+        inner["left"] >= outer["left"] - 0.5
+        and inner["right"] <= outer["right"] + 0.5
+        and inner["top"] >= outer["top"] - 0.5
+        and inner["bottom"] <= outer["bottom"] + 0.5
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_held_locks_fit_their_card_at_every_width(
+    browser: Any, live_server: Any, tmp_path: Any
+) -> None:
+    """The held-locks table with long names stays inside its card, its Force release buttons
+    too, and the page needs no sideways scrolling, at 400, 1280 and 1600 px."""
+    from django_redis_lock import lock, rwlock, semaphore
+
+    held = [
+        lock(LONG_NAME, auto_renew=False, label="a-label-without-any-space-" * 3),
+        semaphore(LONG_NAME + ":pool", 2, auto_renew=False),
+        rwlock("catalogue", auto_renew=False).read(),
+    ]
+    for each in held:
+        assert each.acquire()
+    try:
+        for width in WIDTHS:
+            browser.set_window_rect(width=width, height=900)
+            # The window's outer size includes no frame in headless mode: the viewport is it.
+            browser.get(f"{live_server.url}/")
+            geometry = browser.execute_script(_GEOMETRY)
+            browser.save_screenshot(str(tmp_path / f"demo-{width}.png"))
+            assert geometry["viewport"] <= width
+            assert geometry["page"] <= geometry["viewport"], f"{width} px: scrolls sideways"
+            assert _inside(geometry["table"], geometry["card"]), f"{width} px: table outside"
+            assert len(geometry["buttons"]) == 3
+            for button in geometry["buttons"]:
+                assert _inside(button, geometry["card"]), f"{width} px: a button outside"
+            assert sorted(geometry["kinds"]) == ["lock", "reader", "semaphore place (of 2)"]
+    finally:
+        for each in held:
+            each.release()

@@ -11,7 +11,7 @@ from django_redis_lock import LockBusy, get_lock_manager
 from testproject.redis_server import RedisServer
 from tests.celery_worker import celery_worker
 
-celery = pytest.importorskip("celery", reason="Celery is not installed (pip install .[test])")
+celery = pytest.importorskip("celery", reason="Celery is not installed (requirements/test.txt)")
 
 RESULT_SECONDS = 30
 

@@ -614,7 +614,7 @@ def test_label_longer_than_the_maximum_fails_at_decoration() -> None:
 
 
 def test_a_task_label_is_shortened_to_the_maximum() -> None:
-    celery = pytest.importorskip("celery", reason="Celery is not installed (pip install .[test])")
+    celery = pytest.importorskip("celery", reason="Celery is not installed (requirements/test.txt)")
     # An app of its own: configuring testproject's would keep the worker of test_celery.py
     # (run later in the same session) from receiving its tasks.
     app = celery.Celery("test_decorators", set_as_current=False)

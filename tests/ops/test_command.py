@@ -176,13 +176,18 @@ def test_clear_asks_on_a_terminal(answer: bytes, released: bool) -> None:
     import pty
 
     hold("tty:1", label="nightly")
-    pid, fd = pty.fork()
-    if pid == 0:  # the child runs the command on a terminal
-        os.execve(
-            sys.executable,
-            [sys.executable, str(ROOT / "manage.py"), "locks", "clear"],
-            {**os.environ, "DJANGO_SETTINGS_MODULE": "testproject.settings"},
-        )
+    # The command on a terminal of its own: a new process (not a fork of this one, whose
+    # threads run) with a pseudo-terminal as its stdin, stdout and stderr.
+    fd, terminal = pty.openpty()
+    command = subprocess.Popen(
+        [sys.executable, str(ROOT / "manage.py"), "locks", "clear"],
+        stdin=terminal,
+        stdout=terminal,
+        stderr=terminal,
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "testproject.settings"},
+        start_new_session=True,
+    )
+    os.close(terminal)  # the command's copies only: reading ends when the command exits
     output = b""
     while b"[y/N]" not in output:
         chunk = os.read(fd, 1024)
@@ -198,14 +203,15 @@ def test_clear_asks_on_a_terminal(answer: bytes, released: bool) -> None:
         if not chunk:
             break
         output += chunk
-    _, status = os.waitpid(pid, 0)
+    os.close(fd)
+    status = command.wait(timeout=60)
     if released:
-        assert os.waitstatus_to_exitcode(status) == 0, output
+        assert status == 0, output
         assert b"[##############################] 1/1" in output  # the progress bar
         assert b"Released 1 lock." in output
         assert get_lock_manager().get("tty:1") is None
     else:
-        assert os.waitstatus_to_exitcode(status) == 1, output
+        assert status == 1, output
         assert b"Cancelled; nothing was released." in output
         assert get_lock_manager().get("tty:1") is not None
 

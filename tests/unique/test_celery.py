@@ -18,7 +18,7 @@ from testproject.redis_server import RedisServer
 from tests.celery_worker import celery_worker, on_broker
 from tests.helpers import fork_child, gate_started, label_of, wait_children, wait_until
 
-celery = pytest.importorskip("celery", reason="Celery is not installed (pip install .[test])")
+celery = pytest.importorskip("celery", reason="Celery is not installed (requirements/test.txt)")
 
 pytestmark = pytest.mark.slow
 
