@@ -450,6 +450,11 @@ fork_is_the_point = pytest.mark.filterwarnings(
     r"ignore:This process \(pid=\d+\) is multi-threaded, use of fork:DeprecationWarning"
 )
 
+#: For a test whose children must share what this process set up for it and a new process
+#: would not see (the test database Django created here, in memory for SQLite; the objects a
+#: closure names): they are forked, and the warning of the fork is expected (see above).
+forks_to_share_its_setup = fork_is_the_point
+
 # What a spawned child runs: Django set up with the parent's settings, then the target.
 _SPAWNED = """
 import importlib, json, sys

@@ -25,7 +25,7 @@ from django_redis_lock import (
     lock,
 )
 from testproject.models import Account
-from tests.helpers import fork_child, wait_children
+from tests.helpers import fork_child, forks_to_share_its_setup, wait_children
 
 pytestmark = pytest.mark.slow
 
@@ -114,6 +114,7 @@ def _stopped_holder(
     return _read(said_r), WITHDRAWERS * ROUNDS
 
 
+@forks_to_share_its_setup
 @pytest.mark.parametrize("renew", [False, True], ids=["unrenewed", "renewed"])
 def test_a_stopped_holder_wakes_up_and_its_write_is_refused(alias: str, renew: bool) -> None:
     account = _account(alias)
@@ -128,6 +129,7 @@ def test_a_stopped_holder_wakes_up_and_its_write_is_refused(alias: str, renew: b
     assert _balance(alias, account) == Decimal(100 - 10 * writes)  # every accepted write kept
 
 
+@forks_to_share_its_setup
 def test_the_lost_update_of_a_read_then_save_is_refused(alias: str) -> None:
     account = _account(alias)
 

@@ -16,7 +16,14 @@ import redis
 from django_redis_lock import AlreadyQueued, get_lock_manager
 from testproject.redis_server import RedisServer
 from tests.celery_worker import celery_worker, on_broker
-from tests.helpers import fork_child, gate_started, label_of, wait_children, wait_until
+from tests.helpers import (
+    fork_child,
+    forks_to_share_its_setup,
+    gate_started,
+    label_of,
+    wait_children,
+    wait_until,
+)
 
 celery = pytest.importorskip("celery", reason="Celery is not installed (requirements/test.txt)")
 
@@ -136,6 +143,7 @@ def test_a_killed_worker_leaves_the_key_to_its_lease(
         assert running.id
 
 
+@forks_to_share_its_setup
 @pytest.mark.usefixtures("worker")
 def test_concurrent_enqueues_from_several_processes_send_one_task(
     redis_client: redis.Redis, redis_url: str

@@ -24,6 +24,7 @@ from django.db import connection, connections
 from django_redis_lock import AlreadyQueued, get_lock_manager
 from tests.helpers import (
     fork_child,
+    forks_to_share_its_setup,
     gate_started,
     label_of,
     stop_process,
@@ -206,6 +207,7 @@ def test_aenqueue_gets_the_task_already_queued(worker: Any, redis_client: redis.
     assert _finished(first) == "export 3 done"
 
 
+@forks_to_share_its_setup
 def test_concurrent_enqueues_from_several_processes_queue_one_task(
     worker: Any, redis_client: redis.Redis
 ) -> None:
