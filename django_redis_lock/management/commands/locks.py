@@ -35,7 +35,7 @@ from django_redis_lock.management.commands._output import (
 from django_redis_lock.ops import get_lock_manager
 from django_redis_lock.ops.doctor import ERROR, OK, WARNING, diagnose
 from django_redis_lock.ops.manager import LockManager
-from django_redis_lock.ops.records import LockInfo
+from django_redis_lock.ops.records import LockInfo, Released, SeveralHolders
 from django_redis_lock.stats import SORT_KEYS, sort_key
 
 # Options of the whole command (by dest): Django's common ones and --using. They are accepted
@@ -98,6 +98,11 @@ class Command(BaseCommand):
             type=int,
             help="Only the hold with this fencing token (needed for a name with several "
             "holders: a semaphore, readers).",
+        )
+        release.add_argument(
+            "--all",
+            action="store_true",
+            help="Every holder of a name with several (a semaphore's places, readers).",
         )
         clear = commands.add_parser("clear", help="Force-release every matching lock.")
         clear.add_argument("--pattern", default="*", help="Glob on lock names (default: *).")
@@ -166,25 +171,40 @@ class Command(BaseCommand):
 
     def _release(self, manager: LockManager, options: dict[str, Any]) -> None:
         name, token = options["name"], options["token"]
-        released = manager.force_release(name, token)
-        if released is None:
-            holds = manager.holders(name)
-            if token is None and len(holds) > 1:
-                tokens = ", ".join(str(info.fencing_token) for info in holds)
+        if options["all"]:
+            if token is not None:
+                raise CommandError("Pass --token or --all, not both.")
+            released = manager.release_all(name)
+        else:
+            try:
+                released = [r for r in [manager.force_release(name, token)] if r is not None]
+            except SeveralHolders as exc:
                 raise CommandError(
-                    f"{quoted(name)} has {len(holds)} holders: pass --token to release one "
-                    f"(their fencing tokens: {tokens})."
-                )
+                    f"{quoted(name)} has {len(exc.tokens)} holders: pass --token to release "
+                    f"one (their fencing tokens: {', '.join(map(str, exc.tokens))}), or --all "
+                    "to release every one."
+                ) from None
+        if not released:
             held = f" with fencing token {token}" if token is not None else ""
             raise CommandError(f"No lock named {quoted(name)} is held{held}.")
+        if len(released) > 1:
+            self.stdout.write(self.style.SUCCESS(f"Released {len(released)} holders:"))
+        for each in released:
+            self.stdout.write(self._released(each))
+
+    def _released(self, released: Released) -> str:
+        """One line for one hold released: whose, which, and whether a waiter took it over."""
         info = released.info
-        text = self.style.SUCCESS(f"Released {quoted(released.name)}") + (
+        text = self.style.SUCCESS(
+            f"Released {quoted(released.name)}"
+            + (f" [{info.held_as}]" if info and info.held_as else "")
+        ) + (
             f" (held by {safe_text(info.owner)}, fencing token {info.fencing_token})"
             if info
             else ", whose data this library did not write (not readable)"
         )
         taken = "; a waiting client took it over at once" if released.handed_over else ""
-        self.stdout.write(f"{text}{taken}.")
+        return f"{text}{taken}."
 
     def _clear(self, manager: LockManager, options: dict[str, Any]) -> None:
         pattern = options["pattern"]
