@@ -19,6 +19,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_redis_lock.display import counted, safe_json, safe_text
 from django_redis_lock.exceptions import LockUnavailable
+from django_redis_lock.management.commands import _doctor as doctor
 from django_redis_lock.management.commands._output import (
     COLUMNS,
     MAX_WIDTH,
@@ -33,7 +34,7 @@ from django_redis_lock.management.commands._output import (
     stats_cells,
 )
 from django_redis_lock.ops import get_lock_manager
-from django_redis_lock.ops.doctor import ERROR, OK, WARNING, diagnose
+from django_redis_lock.ops.doctor import ERROR, OK, WARNING
 from django_redis_lock.ops.manager import LockManager
 from django_redis_lock.ops.records import LockInfo, Released, SeveralHolders
 from django_redis_lock.stats import SORT_KEYS, sort_key
@@ -129,6 +130,13 @@ class Command(BaseCommand):
         doctor.add_argument("--json", action="store_true", help="Print a JSON array.")
         for subcommand in (listing, show, release, clear, stats, doctor):
             _accept_common_options(subcommand, parser)
+
+    def execute(self, *args: Any, **options: Any) -> str | None:
+        if options.get("subcommand") == "doctor":
+            # The doctor runs this app's system checks itself and reports each finding once,
+            # from a shell and from code alike: Django's run before it would say some twice.
+            options["skip_checks"] = True
+        return super().execute(*args, **options)
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
@@ -288,25 +296,23 @@ class Command(BaseCommand):
         )
 
     def _doctor(self, options: dict[str, Any]) -> None:
-        findings = diagnose(options["using"])
+        found = doctor.findings(options["using"])
         if options["json"]:
-            self.stdout.write(safe_json([finding.as_json() for finding in findings], indent=2))
+            self.stdout.write(safe_json([finding.as_json() for finding in found], indent=2))
         else:
             styles = {OK: self.style.SUCCESS, WARNING: self.style.WARNING, ERROR: self.style.ERROR}
-            width = max(len(finding.check) for finding in findings)
-            for finding in findings:
-                level = styles[finding.level](f"{finding.level:<7}")
-                fix = f" Fix: {finding.fix}." if finding.fix and finding.level != OK else ""
-                line = f"{finding.check:<{width}}  {finding.subject}: {finding.message}.{fix}"
-                self.stdout.write(f"{level}  {safe_text(line)}")
-            counts = {
-                level: sum(f.level == level for f in findings) for level in (OK, WARNING, ERROR)
-            }
+            check_width, columns = max(len(finding.check) for finding in found), doctor.width()
+            for finding in found:
+                first, *more = doctor.lines(finding, check_width, columns)
+                self.stdout.write(f"{styles[finding.level](f'{finding.level:<7}')}  {first}")
+                for line in more:
+                    self.stdout.write(line)
+            counts = {level: sum(f.level == level for f in found) for level in (OK, WARNING, ERROR)}
             self.stdout.write(
-                f"{len(findings)} items: {counts[OK]} ok, {counted(counts[WARNING], 'warning')}, "
+                f"{len(found)} items: {counts[OK]} ok, {counted(counts[WARNING], 'warning')}, "
                 f"{counted(counts[ERROR], 'error')}."
             )
-        errors = sum(finding.level == ERROR for finding in findings)
+        errors = sum(finding.level == ERROR for finding in found)
         if errors:
             raise CommandError(f"The doctor found {counted(errors, 'error')}.", returncode=1)
 
