@@ -56,7 +56,8 @@ def test_the_width_is_the_terminals_within_bounds(
     redis_factory: RedisServerGroup, monkeypatch: pytest.MonkeyPatch, columns: str, width: int
 ) -> None:
     evicting = redis_factory(extra_args=EVICTING)
-    monkeypatch.setenv("COLUMNS", columns) if columns else monkeypatch.delenv("COLUMNS", False)
+    if columns:
+        monkeypatch.setenv("COLUMNS", columns)
     with override_settings(CACHES=build_caches(evicting.url)):
         text, _ = _doctor()
     longest = max(len(line) for line in text.splitlines())

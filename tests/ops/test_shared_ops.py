@@ -251,3 +251,31 @@ def test_a_key_of_another_type_reads_as_no_holders(redis_client: redis.Redis) ->
     redis_client.set(keys.lock, "a string")
     assert get_lock_manager().holders("typed") == []
     assert list(get_lock_manager().list()) == []
+
+
+def test_a_dry_run_shows_each_holder_apart() -> None:
+    first, second = _holding(semaphore("twice", 2), semaphore("twice", 2))
+    out = _command("clear", "--dry-run").splitlines()
+    assert out[-1] == "2 locks would be released."
+    assert len(set(out[:-1])) == 2  # not two identical lines
+    for held in (first, second):
+        (line,) = [each for each in out if f"token {held.fencing_token}" in each]
+        assert line.startswith("would release twice [semaphore of 2]  (token ")
+    first.release()
+    second.release()
+
+
+def test_the_table_keeps_the_kind_of_a_long_name_and_fits_120_columns() -> None:
+    name = "reports:" + "x" * 150 + ":end"
+    held = _holding(semaphore(name, 3, label="y" * 40 + " queued as " + "1" * 36))[0]
+    table = _command("list").splitlines()
+    assert max(len(line) for line in table) <= 120
+    row = table[1]
+    assert row.startswith("re…nd [semaphore of 3]")  # the name cut in the middle, not its kind
+    assert str(held.fencing_token) in row
+    shown = _command("show", name)
+    assert name in shown
+    assert "1" * 36 in shown
+    listed = json.loads(_command("list", "--json"))
+    assert listed[0]["name"] == name
+    held.release()

@@ -3,7 +3,6 @@ servers say (``ops.doctor``), each finding once, wrapped to the terminal's width
 
 from __future__ import annotations
 
-import shutil
 import textwrap
 from collections.abc import Iterator
 from typing import Any
@@ -14,6 +13,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from django_redis_lock.checks import check_settings
 from django_redis_lock.display import safe_text
+from django_redis_lock.management.commands._output import terminal_width
 from django_redis_lock.ops.doctor import ERROR, OK, WARNING, Finding, diagnose
 
 #: The system checks whose subject the doctor asks the servers about itself, now: reachable
@@ -46,10 +46,10 @@ def _finding(message: CheckMessage) -> Finding:
     return Finding(level, "settings", message.id or "", str(message.msg), message.hint or "")
 
 
-def width() -> int:
-    """The terminal's width (``COLUMNS``, else the terminal's), within the bounds."""
-    columns = shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns
-    return min(MAX_WIDTH, max(MIN_WIDTH, columns))
+def width(stream: Any) -> int:
+    """The width of the terminal ``stream`` writes to (see ``terminal_width``), within the
+    bounds."""
+    return min(MAX_WIDTH, max(MIN_WIDTH, terminal_width(stream, DEFAULT_WIDTH)))
 
 
 def sentence(text: str) -> str:

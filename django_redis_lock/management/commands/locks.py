@@ -22,8 +22,9 @@ from django_redis_lock.exceptions import LockUnavailable
 from django_redis_lock.management.commands import _doctor as doctor
 from django_redis_lock.management.commands._output import (
     COLUMNS,
-    MAX_WIDTH,
+    NARROWEST,
     STATS_COLUMNS,
+    TABLE_WIDTH,
     WIDTH_SAMPLE,
     as_json,
     bar,
@@ -32,6 +33,8 @@ from django_redis_lock.management.commands._output import (
     line,
     quoted,
     stats_cells,
+    terminal_width,
+    widths,
 )
 from django_redis_lock.ops import get_lock_manager
 from django_redis_lock.ops.doctor import ERROR, OK, WARNING
@@ -218,10 +221,11 @@ class Command(BaseCommand):
         pattern = options["pattern"]
         if options["dry_run"]:
             count = 0
-            for info in manager.list(pattern):
+            for info in manager.list(pattern):  # each holder of a semaphore on its own line
                 count += 1
                 self.stdout.write(
-                    f"would release {safe_text(info.name)}  ({safe_text(info.owner)})"
+                    f"would release {safe_text(info.shown_name)}  (token {info.fencing_token}, "
+                    f"held by {safe_text(info.owner)})"
                 )
             self.stdout.write(f"{counted(count, 'lock')} would be released.")
             return
@@ -265,6 +269,9 @@ class Command(BaseCommand):
             raise CommandError("Cancelled; nothing was released.")
         return count
 
+    def _table_width(self) -> int:
+        return max(NARROWEST, terminal_width(self.stdout, TABLE_WIDTH))
+
     def _on_terminal(self) -> bool:
         isatty = getattr(self.stdout, "isatty", None)
         return bool(isatty and isatty())
@@ -278,13 +285,10 @@ class Command(BaseCommand):
             self.stdout.write("No statistics recorded for these locks.")
             return
         rows = [stats_cells(stats) for stats in found]
-        widths = [
-            min(MAX_WIDTH, max(len(column), *(len(row[i]) for row in rows)))
-            for i, column in enumerate(STATS_COLUMNS)
-        ]
-        self.stdout.write(self.style.MIGRATE_HEADING(line(STATS_COLUMNS, widths)))
+        sized = widths(STATS_COLUMNS, rows, self._table_width())
+        self.stdout.write(self.style.MIGRATE_HEADING(line(STATS_COLUMNS, sized)))
         for row in rows:
-            self.stdout.write(line(row, widths))
+            self.stdout.write(line(row, sized))
         flagged = [stats for stats in found if stats.warnings]
         for stats in flagged:
             for warning in stats.warnings:
@@ -301,7 +305,8 @@ class Command(BaseCommand):
             self.stdout.write(safe_json([finding.as_json() for finding in found], indent=2))
         else:
             styles = {OK: self.style.SUCCESS, WARNING: self.style.WARNING, ERROR: self.style.ERROR}
-            check_width, columns = max(len(finding.check) for finding in found), doctor.width()
+            check_width = max(len(finding.check) for finding in found)
+            columns = doctor.width(self.stdout)
             for finding in found:
                 first, *more = doctor.lines(finding, check_width, columns)
                 self.stdout.write(f"{styles[finding.level](f'{finding.level:<7}')}  {first}")
@@ -350,13 +355,10 @@ class Command(BaseCommand):
         if not sample:
             self.stdout.write("No held locks.")
             return
-        widths = [
-            min(MAX_WIDTH, max(len(column), *(len(row[i]) for row in sample)))
-            for i, column in enumerate(heads)
-        ]
-        self.stdout.write(self.style.MIGRATE_HEADING(line(heads, widths)))
+        sized = widths(heads, sample, self._table_width())
+        self.stdout.write(self.style.MIGRATE_HEADING(line(heads, sized)))
         count = 0
         for row in itertools.chain(sample, (cells(info) for info in locks)):
             count += 1
-            self.stdout.write(line(row, widths))
+            self.stdout.write(line(row, sized))
         self.stdout.write(f"{counted(count, 'held lock')}.")
