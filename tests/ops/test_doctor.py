@@ -105,3 +105,11 @@ def test_settings_it_cannot_use_are_reported_from_code(
     (settings,) = [f for f in findings if f["check"] == "settings"]
     assert settings["level"] == "error"
     assert settings["subject"] == f"django_redis_lock.{check_id}"
+
+
+def test_a_cache_it_cannot_build_is_reported_not_raised() -> None:
+    with override_settings(REDIS_LOCK={"CACHE": "nope"}):
+        text, error = _doctor()
+    assert error == "The doctor found 2 errors."
+    assert "django_redis_lock.E002: REDIS_LOCK['CACHE'] is 'nope'" in text
+    assert "reachable  REDIS_LOCK['CACHE']: The cache alias 'nope'" in text

@@ -31,7 +31,8 @@ def findings(using: Any) -> list[Finding]:
     try:
         found += diagnose(using)
     except (ValueError, TypeError, ImproperlyConfigured) as exc:  # settings it cannot use
-        found.append(Finding(ERROR, "reachable", f"cache {using or 'of REDIS_LOCK'}", str(exc)))
+        subject = "REDIS_LOCK['CACHE']" if using is None else f"cache {using!r}"
+        found.append(Finding(ERROR, "reachable", subject, str(exc)))
     return found
 
 
