@@ -76,7 +76,10 @@ def bucket_label(index: int) -> str:
 
 def duration(seconds: float) -> str:
     """A time of the statistics for reading, to three figures: ms below a second, then s up to
-    two minutes, then min up to two hours, then h."""
+    two minutes, then min up to two hours, then h; under the first bucket's bound (the
+    histograms' resolution), ``< 1 ms``, whether a hold or a wait."""
+    if seconds < BOUNDS[0]:
+        return f"< {duration(BOUNDS[0])}"
     if seconds < 1:
         return f"{seconds * 1000:.3g} ms"
     if seconds < 120:
@@ -88,8 +91,9 @@ def duration(seconds: float) -> str:
 
 def percentile(counts: Sequence[int], fraction: float, largest: float | None) -> float | None:
     """The ``fraction`` percentile of a histogram, in seconds: the upper bound of the bucket it
-    falls in (``largest``, the longest seen, in the last bucket or when smaller); None when
-    the histogram is empty."""
+    falls in (``largest``, the longest seen, in the last bucket or when smaller); 0 in the
+    first bucket when no ``largest`` is known (a wait under a millisecond, as a hold's longest
+    reads then); None when the histogram is empty."""
     total = sum(counts)
     if total == 0:
         return None
@@ -99,6 +103,8 @@ def percentile(counts: Sequence[int], fraction: float, largest: float | None) ->
         seen += count
         if seen >= rank:
             bound = BOUNDS[index] if index < len(BOUNDS) else None
+            if index == 0 and largest is None:
+                return 0.0
             if bound is None or (largest is not None and largest < bound):
                 return largest
             return bound

@@ -192,9 +192,15 @@ class LockAdmin(StatsPage, admin.ModelAdmin):  # type: ignore[type-arg]  # not s
         """The page that asks before releasing: who holds each lock, and what happens."""
         rows = []
         for name, token in selected:
-            info = _chosen(manager.holders(name), token)
+            holds = manager.holders(name)
+            info = _chosen(holds, token)
             if info is None:
-                rows.append({"name": shown(name), "why": self._not_listed(manager, name)})
+                why = (
+                    f"'{shown(name)}' has {len(holds)} holders: release one from its page."
+                    if token is None and len(holds) > 1
+                    else self._not_listed(manager, name)
+                )
+                rows.append({"name": shown(name), "why": why})
             else:
                 rows.append({**self._row(info), "value": form_value(name, info.fencing_token)})
         context = self._context(request, "Release locks?", held=rows, action=RELEASE_ACTION)
@@ -234,6 +240,8 @@ class LockAdmin(StatsPage, admin.ModelAdmin):  # type: ignore[type-arg]  # not s
         """Write a release to the admin log (Recent actions): which lock, and who held it."""
         name, info = safe_text(released.name), released.info
         holder = f"held by {safe_text(info.owner)}" if info else "whose data was not readable"
+        if info and info.held_as:  # one holder of several: which kind of hold
+            holder = f"[{info.held_as}] {holder}"
         details = (
             f" (label: {safe_text(info.label or '-')}, fencing token {info.fencing_token}, "
             f"acquired {info.acquired_at.isoformat()})"

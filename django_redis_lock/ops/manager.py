@@ -21,6 +21,7 @@ from django_redis_lock.ops.records import (
     LockInfo,
     LockPage,
     Released,
+    SeveralHolders,
     info_of,
     released_of,
     shared_infos,
@@ -42,6 +43,7 @@ _MAX_SCANS_PER_PAGE = 50
 # Lists, spelt here: inside LockManager, "list" is a method.
 KeyBatch = list["bytes | str"]
 InfoList = list["LockInfo"]
+ReleasedList = list["Released"]
 NameList = list[str]
 HoldList = list[tuple["LockInfo", str]]
 Records = list["list[Any] | LockUnavailable"]
@@ -277,29 +279,64 @@ class LockManager:
         lock (a name may be both); skips (and warns of) what :meth:`list` skips."""
         validate_name(name)
         found = [info for info in [self.get(name)] if info is not None]
+        return found + self._shared_holders(name)
+
+    def _shared_holders(self, name: str) -> InfoList:
+        """The holders of the semaphore or read/write lock ``name``, by fencing token."""
         holders, skipped = self._fetch_shared([self._backend.shared_keys_for(name).lock], [name])
         warn_skipped(skipped)
-        return found + sorted(holders, key=lambda info: info.fencing_token)
+        return sorted(holders, key=lambda info: info.fencing_token)
 
     def release(self, name: str) -> bool:
-        """Force-release ``name`` whoever holds it, waking its waiters; True if it was held."""
-        return self.force_release(name) is not None
+        """Force-release ``name`` whoever holds it (every holder of a semaphore or read/write
+        lock), waking its waiters; True if anything was held. :meth:`release_all` says what."""
+        return bool(self.release_all(name))
+
+    def release_all(self, name: str) -> ReleasedList:
+        """Force-release every hold of ``name``: its lock's, and each holder of its semaphore
+        or read/write lock, by fencing token (one taken meanwhile stays with its holder)."""
+        released = [each for each in [self._force_lock(name, None)] if each is not None]
+        holders = self._shared_holders(name)
+        tokens: list[int | None] = [info.fencing_token for info in holders] or [None]
+        for token in tokens:  # None: one holder whose data is not readable, if any
+            each = self._force_shared(name, token, holders)
+            if each is not None:
+                released.append(each)
+        return released
 
     def force_release(self, name: str, fencing_token: int | None = None) -> Released | None:
         """Force-release ``name``, waking its waiters; what was released, or None if not held.
 
         With ``fencing_token``, only that hold is released: a lock taken over meanwhile by
         someone else is left alone (an operator confirmed the release of the other hold).
-        Without it, a hold whose data this library did not write is released too.
+        Without it, a hold whose data this library did not write is released too; a name
+        with several holders (a semaphore's places, readers) raises :class:`SeveralHolders`,
+        a ValueError that lists their tokens: pick one, or :meth:`release_all`.
         """
+        released = self._force_lock(name, fencing_token)
+        if released is not None:
+            return released
+        holders = self._shared_holders(name)  # their kinds: the script's reply has none
+        if fencing_token is None and len(holders) > 1:
+            raise SeveralHolders(name, [info.fencing_token for info in holders])
+        return self._force_shared(name, fencing_token, holders)
+
+    def _force_lock(self, name: str, fencing_token: int | None) -> Released | None:
         keys = self._backend.keys_for(validate_name(name))
-        args = [lock_settings.tombstone_ms, "" if fencing_token is None else int(fencing_token)]
         with redis_errors(f"Could not release lock {name!r}"):
-            held = self._backend.run("force_release", keys.all, args)
-            if not held:  # a semaphore's or read/write lock's holder (the only one, or token's)
-                shared = self._backend.shared_keys_for(name)
-                held = self._backend.run(shared.script("force_release"), shared.all, args)
+            held = self._backend.run("force_release", keys.all, _force_args(fencing_token))
         return released_of(name, held) if held else None
+
+    def _force_shared(
+        self, name: str, fencing_token: int | None, holders: InfoList
+    ) -> Released | None:
+        """A semaphore's or read/write lock's holder: the token's (None: the only one)."""
+        shared = self._backend.shared_keys_for(name)
+        with redis_errors(f"Could not release lock {name!r}"):
+            held = self._backend.run(
+                shared.script("force_release"), shared.all, _force_args(fencing_token)
+            )
+        return released_of(name, held, holders) if held else None
 
     def clear(self, pattern: str = "*", progress: Callable[[int, int], None] | None = None) -> int:
         """Force-release the held locks :meth:`list` shows for ``pattern``; how many.
@@ -339,3 +376,8 @@ class LockManager:
                 progress(released, handed_over)
         warn_skipped(skipped)
         return released
+
+
+def _force_args(fencing_token: int | None) -> list[object]:
+    """The force-release scripts' ARGV: the tombstone, and the token ("": whichever hold)."""
+    return [lock_settings.tombstone_ms, "" if fencing_token is None else int(fencing_token)]

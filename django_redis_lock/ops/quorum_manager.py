@@ -20,6 +20,7 @@ from django_redis_lock.ops.manager import (
     LockManager,
     NameList,
     Records,
+    ReleasedList,
     StatsList,
 )
 from django_redis_lock.ops.records import (
@@ -136,6 +137,10 @@ class QuorumLockManager(LockManager):
         secret = hold[1] if hold is not None else ""
         self._force(name, secret)
         return None if hold is None else Released(name, hold[0], handed_over=False)
+
+    def release_all(self, name: str) -> ReleasedList:
+        """:meth:`force_release` of ``name``, whoever holds it: a quorum has one hold a name."""
+        return [each for each in [self.force_release(name)] if each is not None]
 
     def clear(self, pattern: str = "*", progress: Callable[[int, int], None] | None = None) -> int:
         """Force-release the held locks :meth:`list` shows, each by the secret of the hold

@@ -57,12 +57,16 @@ class LockInfo:
     limit: int | None = None
 
     @property
+    def held_as(self) -> str:
+        """What is held, for people: ``""`` for a lock, ``semaphore of 3``, ``read``, ``write``."""
+        if self.kind == "lock":
+            return ""
+        return f"semaphore of {self.limit}" if self.kind == "semaphore" else self.kind
+
+    @property
     def shown_name(self) -> str:
         """The name with what is held, for a table: ``reports [semaphore of 3]``."""
-        if self.kind == "lock":
-            return self.name
-        what = f"semaphore of {self.limit}" if self.kind == "semaphore" else self.kind
-        return f"{self.name} [{what}]"
+        return f"{self.name} [{self.held_as}]" if self.held_as else self.name
 
 
 @dataclass(frozen=True)
@@ -192,7 +196,31 @@ class Listing(Iterator["LockInfo"]):
         return next(self._locks)
 
 
-def released_of(name: str, held: Sequence[bytes | int | None]) -> Released:
-    """The Released of a FORCE_RELEASE reply: token, owner, label, acquired-at, 1 or 2."""
+def released_of(
+    name: str, held: Sequence[bytes | int | None], holders: Sequence[LockInfo] = ()
+) -> Released:
+    """The Released of a FORCE_RELEASE reply: token, owner, label, acquired-at, 1 or 2; the
+    kind and limit of the hold are those of its twin among ``holders`` (read just before: the
+    reply does not carry them), else a lock's."""
     *fields, how = (text_of(value) if isinstance(value, bytes) else value for value in held)
-    return Released(name, info_of(name, fields, 0), handed_over=how == 2)
+    info = info_of(name, fields, 0)
+    token = None if info is None else info.fencing_token
+    twin = next((each for each in holders if each.fencing_token == token), None)
+    if info is not None and twin is not None:
+        info = dataclasses.replace(info, kind=twin.kind, limit=twin.limit)
+    return Released(name, info, handed_over=how == 2)
+
+
+class SeveralHolders(ValueError):
+    """A release by name (without a fencing token) of a name that several hold at once: the
+    places of a semaphore, the readers of a read/write lock. Which one is the caller's choice."""
+
+    def __init__(self, name: str, tokens: Sequence[int]) -> None:
+        self.name = name
+        #: The fencing tokens of the holders, in order.
+        self.tokens = list(tokens)
+        super().__init__(
+            f"{name!r} has {len(self.tokens)} holders (fencing tokens "
+            f"{', '.join(map(str, self.tokens))}): release one with force_release(name, "
+            "fencing_token=N), or every one with release(name)."
+        )

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import io
 import re
 
 import pytest
 import redis
+from django.core.management import call_command
 from django.test import Client, override_settings
 from django.urls import reverse
 from django.utils.html import escape
@@ -99,7 +101,7 @@ def test_the_numbers_and_the_advice(admin_client: Client, redis_client: redis.Re
     rows = {row["name"]: row for row in response.context["rows"]}
     known = rows["known"]["numbers"]
     assert (known["hold_p50"], known["hold_p99"], known["hold_max"]) == ("50 ms", "5 s", "6.5 s")
-    assert (known["wait_p50"], known["wait_p99"]) == ("1 ms", "1 ms")
+    assert (known["wait_p50"], known["wait_p99"]) == ("< 1 ms", "< 1 ms")
     assert (known["timeout"], known["suggested_timeout"]) == ("30 s", "11 s")
     assert rows["known"]["warnings"] == ()
     assert any("too short?" in warning for warning in rows["tight"]["warnings"])
@@ -303,3 +305,20 @@ def test_a_view_reads_a_bounded_number_of_names(
     page = admin_client.get(STATS, {"sort": "busy"}).content.decode()
     assert f"The first {STATS_READ_LIMIT} lock names read, of more" in page
     assert len(_names(page)) == STATS_ROWS_LIMIT
+
+
+def test_a_time_under_a_millisecond_reads_the_same_for_holds_and_waits(
+    admin_client: Client, redis_client: redis.Redis
+) -> None:
+    """An uncontended acquire released at once: its hold (0 ms, the longest) and its wait
+    (no bucket written: under a millisecond) are both in the first bucket."""
+    redis_client.hset(keys("quick").stats, mapping={"n": 1, "h0": 1, "m": 0, "t": 30_000})
+    numbers = admin_client.get(STATS).context["rows"][0]["numbers"]
+    times = ("hold_p50", "hold_p99", "hold_max", "wait_p50", "wait_p99")
+    assert {key: numbers[key] for key in times} == dict.fromkeys(times, "< 1 ms")
+    out = io.StringIO()
+    call_command("locks", "stats", stdout=out)
+    (line,) = [each for each in out.getvalue().splitlines() if each.startswith("quick")]
+    assert line.split("  ")[0:1] == ["quick"]
+    assert line.count("< 1 ms") == 5, line
+    assert " 0 ms" not in line

@@ -11,7 +11,7 @@ import pytest
 import redis
 from django.contrib.auth.models import User
 
-from django_redis_lock import lock
+from django_redis_lock import lock, semaphore
 from tests.browser import WAIT_SECONDS, browser_fixture, wait_for_text  # noqa: F401  (browser)
 from tests.helpers import forge, hold, record_stats
 
@@ -64,6 +64,32 @@ def test_operator_sees_and_releases_a_lock(browser: Any, live_server: Any, tmp_p
     assert names == ["report:2026-11"]
     assert not held.owned()
     assert other.owned()
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_operator_releases_one_holder_of_a_semaphore(browser: Any, live_server: Any) -> None:
+    from selenium.webdriver.common.by import By
+
+    first = semaphore("exports", 2, timeout=120, auto_renew=False, label="first export")
+    second = semaphore("exports", 2, timeout=120, auto_renew=False, label="second export")
+    assert first.acquire(blocking=False)
+    assert second.acquire(blocking=False)
+    _log_in(browser, live_server, "exports [semaphore of 2]")
+    browser.find_elements(By.XPATH, "//a[text()='exports [semaphore of 2]']")[0].click()
+    wait_for_text(browser, "second export")
+    holds = browser.find_elements(By.CSS_SELECTOR, "fieldset.module")
+    (chosen,) = [each for each in holds if "first export" in each.text]
+    assert str(first.fencing_token) in chosen.text
+    # Each holder has its own form, after its fieldset: the first one's releases it.
+    form = chosen.find_element(By.XPATH, "following-sibling::form[1]")
+    form.find_element(By.CSS_SELECTOR, "input[value^='Release this holder']").click()
+    wait_for_text(browser, "Are you sure")
+    browser.find_element(By.CSS_SELECTOR, "input[type=submit][value^='Yes']").click()
+    wait_for_text(browser, "Released 1 lock")
+    assert not first.owned()
+    assert second.owned()
+    second.release()
 
 
 # What a cell shows of itself: its box, and whether its text is cut (overflows it).

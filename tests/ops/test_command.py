@@ -231,8 +231,9 @@ def test_hidden_characters_never_reach_the_terminal() -> None:
         assert not set(HIDDEN) & set(out), out
     for out in (outputs[1], outputs[3], outputs[4]):  # show, and both JSON outputs
         assert "café" in out  # plain accented text stays readable
-    assert "invoice\\u202egpj.exe\\x1b]0;title\\x07" in outputs[0]
-    assert "second \\\\x1b line" in outputs[0]  # a literal backslash is doubled in the table
+    assert "invoice\\u20" in outputs[0]  # the table cuts it (to its width), escaped
+    assert "invoice\\u202egpj.exe\\x1b]0;title\\x07" in outputs[1]
+    assert "second \\\\x1b line" in outputs[1]  # a literal backslash is doubled
     [listed] = json.loads(outputs[3])
     assert (listed["name"], listed["label"]) == (name, owner_label)  # JSON keeps them exact
     assert json.loads(outputs[4])["label"] == owner_label

@@ -9,12 +9,14 @@ from typing import Any
 
 import pytest
 import redis
+from django.contrib.admin.models import LogEntry
 from django.core.management import CommandError, call_command
 from django.test import RequestFactory
 from django.urls import reverse
 
 from django_redis_lock import LockBusy, get_lock_manager, lock, locked, rwlock, semaphore
 from django_redis_lock.admin.values import detail_path_segment, form_value
+from django_redis_lock.ops.records import SeveralHolders
 from django_redis_lock.runtime import runtime
 from tests.helpers import staff_client
 
@@ -55,15 +57,58 @@ def test_the_manager_lists_each_holder_with_its_kind_and_limit() -> None:
 def test_an_operator_releases_one_holder_by_its_token() -> None:
     first, second = _holding(semaphore("pool", 2), semaphore("pool", 2))
     manager = get_lock_manager()
-    assert manager.force_release("pool") is None  # two holders: which one?
+    tokens = sorted([first.fencing_token, second.fencing_token])
+    with pytest.raises(SeveralHolders, match=r"2 holders .*fencing_token=N") as refused:
+        manager.force_release("pool")  # two holders: which one?
+    assert refused.value.tokens == tokens
+    assert first.owned()
+    assert second.owned()
     released = manager.force_release("pool", fencing_token=first.fencing_token)
     assert released is not None
     assert released.info is not None
     assert released.info.fencing_token == first.fencing_token
+    assert (released.info.kind, released.info.limit) == ("semaphore", 2)
     assert not first.owned()
     assert second.owned()
     assert manager.release("pool")  # the only one left
     assert not second.owned()
+
+
+def test_a_release_by_name_releases_every_holder_and_says_which() -> None:
+    permits = _holding(semaphore("pair", 2), semaphore("pair", 2))
+    manager = get_lock_manager()
+    assert manager.release("pair") is True  # whoever holds it: both places
+    assert not any(held.owned() for held in permits)
+    assert manager.release("pair") is False
+    readers = _holding(rwlock("book").read(), rwlock("book").read())
+    released = manager.release_all("book")
+    assert sorted((r.info.kind, r.info.fencing_token) for r in released if r.info) == sorted(
+        ("read", held.fencing_token) for held in readers
+    )
+    assert not any(held.owned() for held in readers)
+
+
+def test_the_command_releases_one_holder_or_every_one_and_says_so() -> None:
+    first, second = _holding(semaphore("duo", 2, label="a"), semaphore("duo", 2, label="b"))
+    with pytest.raises(CommandError, match=r"has 2 holders: pass --token .*--all"):
+        _command("release", "duo")
+    assert first.owned()
+    assert second.owned()
+    out = _command("release", "duo", "--token", str(first.fencing_token))
+    assert "Released 'duo' [semaphore of 2] (held by " in out
+    assert f"fencing token {first.fencing_token})" in out
+    assert not first.owned()
+    third = _holding(semaphore("duo", 2))[0]
+    out = _command("release", "duo", "--all")
+    assert out.startswith("Released 2 holders:\n")
+    assert str(second.fencing_token) in out
+    assert str(third.fencing_token) in out
+    assert not second.owned()
+    assert not third.owned()
+    with pytest.raises(CommandError, match="not both"):
+        _command("release", "duo", "--all", "--token", "1")
+    with pytest.raises(CommandError, match="No lock named 'duo' is held"):
+        _command("release", "duo", "--all")
 
 
 def test_the_command_shows_releases_and_clears_shared_locks() -> None:
@@ -107,6 +152,25 @@ def test_the_admin_lists_shows_and_releases_one_holder(db: None) -> None:
     assert not first.owned()
     assert second.owned()
     second.release()
+    log = LogEntry.objects.get()
+    assert log.change_message.startswith("Released lock 'admin-pool' [semaphore of 2] held by ")
+
+
+def test_the_admin_releases_one_reader_by_its_token(db: None) -> None:
+    reader, other = _holding(rwlock("admin-doc").read(), rwlock("admin-doc").read())
+    client = staff_client("view_lock", "delete_lock")
+    selection = {"action": "release_selected", "_selected_action": [form_value("admin-doc")]}
+    confirm = client.post("/admin/django_redis_lock/lock/", selection).content.decode()
+    assert "has 2 holders: release one from its page" in confirm  # no token: which one?
+    value = form_value("admin-doc", reader.fencing_token)
+    client.post(
+        "/admin/django_redis_lock/lock/",
+        {"action": "release_selected", "_selected_action": [value], "post": "yes"},
+    )
+    assert not reader.owned()
+    assert other.owned()
+    assert "[read] held by " in LogEntry.objects.get().change_message
+    other.release()
 
 
 def test_statistics_record_semaphore_holds() -> None:
@@ -218,3 +282,31 @@ def test_a_key_of_another_type_reads_as_no_holders(redis_client: redis.Redis) ->
     redis_client.set(keys.lock, "a string")
     assert get_lock_manager().holders("typed") == []
     assert list(get_lock_manager().list()) == []
+
+
+def test_a_dry_run_shows_each_holder_apart() -> None:
+    first, second = _holding(semaphore("twice", 2), semaphore("twice", 2))
+    out = _command("clear", "--dry-run").splitlines()
+    assert out[-1] == "2 locks would be released."
+    assert len(set(out[:-1])) == 2  # not two identical lines
+    for held in (first, second):
+        (line,) = [each for each in out if f"token {held.fencing_token}" in each]
+        assert line.startswith("would release twice [semaphore of 2]  (token ")
+    first.release()
+    second.release()
+
+
+def test_the_table_keeps_the_kind_of_a_long_name_and_fits_120_columns() -> None:
+    name = "reports:" + "x" * 150 + ":end"
+    held = _holding(semaphore(name, 3, label="y" * 40 + " queued as " + "1" * 36))[0]
+    table = _command("list").splitlines()
+    assert max(len(line) for line in table) <= 120
+    row = table[1]
+    assert row.startswith("re…nd [semaphore of 3]")  # the name cut in the middle, not its kind
+    assert str(held.fencing_token) in row
+    shown = _command("show", name)
+    assert name in shown
+    assert "1" * 36 in shown
+    listed = json.loads(_command("list", "--json"))
+    assert listed[0]["name"] == name
+    held.release()

@@ -95,7 +95,7 @@ def test_percentiles_from_known_hold_times(redis_client: redis.Redis) -> None:
     assert 6.5 <= stats.hold_max < 6.6
     assert stats.timeout == 30
     assert stats.suggested_timeout == 11.0
-    assert stats.wait_p50 == 0.001  # uncontended acquires wait under a millisecond
+    assert stats.wait_p50 == 0.0  # uncontended acquires wait under a millisecond: the first bucket
     assert stats.warnings == ()
 
 

@@ -4,8 +4,10 @@ JSON objects, progress bars."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
-from typing import Any
+import os
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any, TextIO
 
 from django_redis_lock.display import safe_text
 from django_redis_lock.ops.records import LockInfo
@@ -13,8 +15,30 @@ from django_redis_lock.stats import LockStats, duration
 
 # Rows whose widths set the table's columns; longer cells later are cut.
 WIDTH_SAMPLE = 500
-MAX_WIDTH = 60
+#: Tables are as wide as the terminal, 120 columns when output is not one (a pipe, a file);
+#: never narrower than 80. Cells cut to fit end up whole in ``show`` and ``--json``.
+TABLE_WIDTH, NARROWEST = 120, 80
 COLUMNS = ("NAME", "TTL", "OWNER", "LABEL", "ACQUIRED", "TOKEN")
+# The columns that give up width when a table does not fit: texts, cut in the middle.
+_FLEXIBLE = frozenset({"NAME", "OWNER", "LABEL"})
+_SMALLEST_FLEXIBLE = 12
+# What a shown name ends with when a semaphore or read/write lock holds it: kept whole.
+_KIND = re.compile(r" \[(?:semaphore of [0-9]+|read|write)\]$")
+
+
+def terminal_width(stream: TextIO | Any, default: int) -> int:
+    """``COLUMNS`` when set, else the width of ``stream`` if it is a terminal, else
+    ``default``: output to a pipe or a file is not shaped by the terminal that started it."""
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns):
+        return int(columns)
+    isatty = getattr(stream, "isatty", None)
+    if isatty is not None and isatty():
+        try:
+            return os.get_terminal_size(stream.fileno()).columns
+        except (OSError, ValueError, AttributeError):  # an OutputWrapper has no fileno
+            pass
+    return default
 
 
 def as_json(info: LockInfo) -> dict[str, Any]:
@@ -95,12 +119,38 @@ def bar(done: int, total: int | None, width: int = 30) -> str:
     return f"[{'#' * filled}{'.' * (width - filled)}] {done}/{total}"
 
 
+def widths(heads: Sequence[str], rows: Sequence[Sequence[str]], width: int) -> list[int]:
+    """Column widths for ``rows`` within ``width`` characters: each column as wide as its
+    widest cell, the text columns narrowed (the widest first) when that does not fit."""
+    natural = [max(len(head), *(len(row[i]) for row in rows)) for i, head in enumerate(heads)]
+    flexible = sorted(
+        (i for i, head in enumerate(heads) if head in _FLEXIBLE), key=lambda i: natural[i]
+    )
+    fixed = sum(w for i, w in enumerate(natural) if i not in flexible) + 2 * (len(heads) - 1)
+    budget = max(width - fixed, _SMALLEST_FLEXIBLE * len(flexible))
+    sized = list(natural)
+    for done, i in enumerate(flexible):  # the narrow ones take what they need, first
+        share = budget // (len(flexible) - done)
+        sized[i] = min(natural[i], max(share, len(heads[i])))
+        budget -= sized[i]
+    return sized
+
+
+def cut(text: str, width: int) -> str:
+    """``text`` in ``width`` characters: cut in the middle, so its start and its end (a
+    thread, a task id) show; a holder's kind (``[semaphore of 3]``) stays whole."""
+    if len(text) <= width:
+        return text
+    kind = _KIND.search(text)
+    tail = kind[0] if kind and len(kind[0]) < width - 4 else ""
+    room = width - len(tail) - 1
+    head = text[: len(text) - len(tail)]
+    return head[: room - room // 2] + "…" + head[len(head) - room // 2 :] + tail
+
+
 def line(cells: Iterable[str], widths: list[int]) -> str:
     """One table line: each cell cut to its column's width, and padded."""
-    padded = (
-        (cell if len(cell) <= width else cell[: width - 1] + "…").ljust(width)
-        for cell, width in zip(cells, widths, strict=True)
-    )
+    padded = (cut(cell, width).ljust(width) for cell, width in zip(cells, widths, strict=True))
     return "  ".join(padded).rstrip()
 
 

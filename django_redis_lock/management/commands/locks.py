@@ -19,10 +19,12 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_redis_lock.display import counted, safe_json, safe_text
 from django_redis_lock.exceptions import LockUnavailable
+from django_redis_lock.management.commands import _doctor as doctor
 from django_redis_lock.management.commands._output import (
     COLUMNS,
-    MAX_WIDTH,
+    NARROWEST,
     STATS_COLUMNS,
+    TABLE_WIDTH,
     WIDTH_SAMPLE,
     as_json,
     bar,
@@ -31,11 +33,13 @@ from django_redis_lock.management.commands._output import (
     line,
     quoted,
     stats_cells,
+    terminal_width,
+    widths,
 )
 from django_redis_lock.ops import get_lock_manager
-from django_redis_lock.ops.doctor import ERROR, OK, WARNING, diagnose
+from django_redis_lock.ops.doctor import ERROR, OK, WARNING
 from django_redis_lock.ops.manager import LockManager
-from django_redis_lock.ops.records import LockInfo
+from django_redis_lock.ops.records import LockInfo, Released, SeveralHolders
 from django_redis_lock.stats import SORT_KEYS, sort_key
 
 # Options of the whole command (by dest): Django's common ones and --using. They are accepted
@@ -99,6 +103,11 @@ class Command(BaseCommand):
             help="Only the hold with this fencing token (needed for a name with several "
             "holders: a semaphore, readers).",
         )
+        release.add_argument(
+            "--all",
+            action="store_true",
+            help="Every holder of a name with several (a semaphore's places, readers).",
+        )
         clear = commands.add_parser("clear", help="Force-release every matching lock.")
         clear.add_argument("--pattern", default="*", help="Glob on lock names (default: *).")
         clear.add_argument("--yes", action="store_true", help="Do not ask for confirmation.")
@@ -124,6 +133,13 @@ class Command(BaseCommand):
         doctor.add_argument("--json", action="store_true", help="Print a JSON array.")
         for subcommand in (listing, show, release, clear, stats, doctor):
             _accept_common_options(subcommand, parser)
+
+    def execute(self, *args: Any, **options: Any) -> str | None:
+        if options.get("subcommand") == "doctor":
+            # The doctor runs this app's system checks itself and reports each finding once,
+            # from a shell and from code alike: Django's run before it would say some twice.
+            options["skip_checks"] = True
+        return super().execute(*args, **options)
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
@@ -166,34 +182,50 @@ class Command(BaseCommand):
 
     def _release(self, manager: LockManager, options: dict[str, Any]) -> None:
         name, token = options["name"], options["token"]
-        released = manager.force_release(name, token)
-        if released is None:
-            holds = manager.holders(name)
-            if token is None and len(holds) > 1:
-                tokens = ", ".join(str(info.fencing_token) for info in holds)
+        if options["all"]:
+            if token is not None:
+                raise CommandError("Pass --token or --all, not both.")
+            released = manager.release_all(name)
+        else:
+            try:
+                released = [r for r in [manager.force_release(name, token)] if r is not None]
+            except SeveralHolders as exc:
                 raise CommandError(
-                    f"{quoted(name)} has {len(holds)} holders: pass --token to release one "
-                    f"(their fencing tokens: {tokens})."
-                )
+                    f"{quoted(name)} has {len(exc.tokens)} holders: pass --token to release "
+                    f"one (their fencing tokens: {', '.join(map(str, exc.tokens))}), or --all "
+                    "to release every one."
+                ) from None
+        if not released:
             held = f" with fencing token {token}" if token is not None else ""
             raise CommandError(f"No lock named {quoted(name)} is held{held}.")
+        if len(released) > 1:
+            self.stdout.write(self.style.SUCCESS(f"Released {len(released)} holders:"))
+        for each in released:
+            self.stdout.write(self._released(each))
+
+    def _released(self, released: Released) -> str:
+        """One line for one hold released: whose, which, and whether a waiter took it over."""
         info = released.info
-        text = self.style.SUCCESS(f"Released {quoted(released.name)}") + (
+        text = self.style.SUCCESS(
+            f"Released {quoted(released.name)}"
+            + (f" [{info.held_as}]" if info and info.held_as else "")
+        ) + (
             f" (held by {safe_text(info.owner)}, fencing token {info.fencing_token})"
             if info
             else ", whose data this library did not write (not readable)"
         )
         taken = "; a waiting client took it over at once" if released.handed_over else ""
-        self.stdout.write(f"{text}{taken}.")
+        return f"{text}{taken}."
 
     def _clear(self, manager: LockManager, options: dict[str, Any]) -> None:
         pattern = options["pattern"]
         if options["dry_run"]:
             count = 0
-            for info in manager.list(pattern):
+            for info in manager.list(pattern):  # each holder of a semaphore on its own line
                 count += 1
                 self.stdout.write(
-                    f"would release {safe_text(info.name)}  ({safe_text(info.owner)})"
+                    f"would release {safe_text(info.shown_name)}  (token {info.fencing_token}, "
+                    f"held by {safe_text(info.owner)})"
                 )
             self.stdout.write(f"{counted(count, 'lock')} would be released.")
             return
@@ -237,6 +269,9 @@ class Command(BaseCommand):
             raise CommandError("Cancelled; nothing was released.")
         return count
 
+    def _table_width(self) -> int:
+        return max(NARROWEST, terminal_width(self.stdout, TABLE_WIDTH))
+
     def _on_terminal(self) -> bool:
         isatty = getattr(self.stdout, "isatty", None)
         return bool(isatty and isatty())
@@ -250,13 +285,10 @@ class Command(BaseCommand):
             self.stdout.write("No statistics recorded for these locks.")
             return
         rows = [stats_cells(stats) for stats in found]
-        widths = [
-            min(MAX_WIDTH, max(len(column), *(len(row[i]) for row in rows)))
-            for i, column in enumerate(STATS_COLUMNS)
-        ]
-        self.stdout.write(self.style.MIGRATE_HEADING(line(STATS_COLUMNS, widths)))
+        sized = widths(STATS_COLUMNS, rows, self._table_width())
+        self.stdout.write(self.style.MIGRATE_HEADING(line(STATS_COLUMNS, sized)))
         for row in rows:
-            self.stdout.write(line(row, widths))
+            self.stdout.write(line(row, sized))
         flagged = [stats for stats in found if stats.warnings]
         for stats in flagged:
             for warning in stats.warnings:
@@ -268,25 +300,24 @@ class Command(BaseCommand):
         )
 
     def _doctor(self, options: dict[str, Any]) -> None:
-        findings = diagnose(options["using"])
+        found = doctor.findings(options["using"])
         if options["json"]:
-            self.stdout.write(safe_json([finding.as_json() for finding in findings], indent=2))
+            self.stdout.write(safe_json([finding.as_json() for finding in found], indent=2))
         else:
             styles = {OK: self.style.SUCCESS, WARNING: self.style.WARNING, ERROR: self.style.ERROR}
-            width = max(len(finding.check) for finding in findings)
-            for finding in findings:
-                level = styles[finding.level](f"{finding.level:<7}")
-                fix = f" Fix: {finding.fix}." if finding.fix and finding.level != OK else ""
-                line = f"{finding.check:<{width}}  {finding.subject}: {finding.message}.{fix}"
-                self.stdout.write(f"{level}  {safe_text(line)}")
-            counts = {
-                level: sum(f.level == level for f in findings) for level in (OK, WARNING, ERROR)
-            }
+            check_width = max(len(finding.check) for finding in found)
+            columns = doctor.width(self.stdout)
+            for finding in found:
+                first, *more = doctor.lines(finding, check_width, columns)
+                self.stdout.write(f"{styles[finding.level](f'{finding.level:<7}')}  {first}")
+                for line in more:
+                    self.stdout.write(line)
+            counts = {level: sum(f.level == level for f in found) for level in (OK, WARNING, ERROR)}
             self.stdout.write(
-                f"{len(findings)} items: {counts[OK]} ok, {counted(counts[WARNING], 'warning')}, "
+                f"{len(found)} items: {counts[OK]} ok, {counted(counts[WARNING], 'warning')}, "
                 f"{counted(counts[ERROR], 'error')}."
             )
-        errors = sum(finding.level == ERROR for finding in findings)
+        errors = sum(finding.level == ERROR for finding in found)
         if errors:
             raise CommandError(f"The doctor found {counted(errors, 'error')}.", returncode=1)
 
@@ -324,13 +355,10 @@ class Command(BaseCommand):
         if not sample:
             self.stdout.write("No held locks.")
             return
-        widths = [
-            min(MAX_WIDTH, max(len(column), *(len(row[i]) for row in sample)))
-            for i, column in enumerate(heads)
-        ]
-        self.stdout.write(self.style.MIGRATE_HEADING(line(heads, widths)))
+        sized = widths(heads, sample, self._table_width())
+        self.stdout.write(self.style.MIGRATE_HEADING(line(heads, sized)))
         count = 0
         for row in itertools.chain(sample, (cells(info) for info in locks)):
             count += 1
-            self.stdout.write(line(row, widths))
+            self.stdout.write(line(row, sized))
         self.stdout.write(f"{counted(count, 'held lock')}.")
