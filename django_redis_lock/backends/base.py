@@ -136,9 +136,9 @@ class Backend(Protocol):
         """The Redis keys of the lock ``name`` (cached)."""
         ...
 
-    def shared_keys_for(self, name: str) -> LockKeys:
-        """The Redis keys of the semaphore or read/write lock ``name`` (cached); a backend
-        that cannot hold one raises ImproperlyConfigured."""
+    def shared_keys_for(self, name: str, kind: str = "s") -> LockKeys:
+        """The Redis keys of the semaphore (``kind`` "s") or read/write lock ("r" or "w")
+        ``name`` (cached); a backend that cannot hold one raises ImproperlyConfigured."""
         ...
 
     def parts(self, keys: LockKeys, script: ScriptName) -> list[tuple[Backend, LockKeys, str]]:

@@ -135,7 +135,7 @@ class QuorumBackend(QuorumPlans):
     def _keys_for(self, name: str) -> LockKeys:  # its name: each member makes its own keys
         return LockKeys(name, name, name, name)
 
-    def shared_keys_for(self, name: str) -> LockKeys:
+    def shared_keys_for(self, name: str, kind: str = "s") -> LockKeys:
         raise ImproperlyConfigured(
             f"Semaphores and read/write locks cannot be quorum locks (cache {self.alias!r}): "
             "give them one primary (Sentinel and WAIT_REPLICAS where a failover must not lose "

@@ -89,11 +89,12 @@ class LockBackend:
         """The Redis keys of the lock ``name`` (cached: ``keys_for``)."""
         return self._named_keys(name, "lqws", family="")
 
-    def _shared_keys_for(self, name: str) -> LockKeys:
-        """The Redis keys of the semaphore or read/write lock ``name``: its holders, queue and
-        waiters (letters of their own: a lock and a semaphore of one name are apart), and the
-        statistics a lock of that name would have."""
-        return self._named_keys(name, "mnos", family="shared_")
+    def _shared_keys_for(self, name: str, kind: str = "s") -> LockKeys:
+        """The Redis keys of the semaphore (``kind`` "s") or read/write lock ("r", "w") ``name``:
+        its holders, queue and waiters (letters of their own: a lock, a semaphore and a
+        read/write lock of one name are apart), and the statistics a lock of that name would
+        have."""
+        return self._named_keys(name, "mnos" if kind == "s" else "rpus", family="shared_")
 
     def _named_keys(self, name: str, letters: str, family: str) -> LockKeys:
         """The keys of ``name`` with the letters of its lock, queue, waiters and statistics."""
@@ -139,7 +140,7 @@ class LockBackend:
 
     def kind_of_key(self, key: str) -> str:
         """The letter of a key found by :meth:`scan_pattern`: "l" a lock's, "m" the holders
-        of a semaphore or read/write lock, "s" statistics."""
+        of a semaphore, "r" of a read/write lock, "s" statistics."""
         assert self._frame is not None
         return key[len(self._frame[0]) + _TAG_FRAME - 2]
 

@@ -33,7 +33,7 @@ class SharedLock(Lock):
     def __init__(self, name: str, kind: str, limit: int | None = None, **options: Any) -> None:
         super().__init__(name, **options)
         self.kind, self.limit = kind, limit
-        self._keys = self._backend.shared_keys_for(self.name)
+        self._keys = self._backend.shared_keys_for(self.name, kind)
 
     def _acquire_extra(self) -> tuple[Any, ...]:
         return (self.kind, self.limit or 1)

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from django_redis_lock.backends import errors
+from django_redis_lock.backends.base import LockKeys
 from django_redis_lock.backends.single import LockBackend
 from django_redis_lock.conf import lock_settings
 from django_redis_lock.core.drivers import redis_errors
@@ -40,6 +41,8 @@ from django_redis_lock.validation import (
 # At most this many SCAN calls serve one page, so a search that matches little stays quick
 # on a large database; the page then ends early with a cursor to go on from.
 _MAX_SCANS_PER_PAGE = 50
+# The letters of the holders keys SCAN finds: a semaphore's ("m"), a read/write lock's ("r").
+_SHARED_LETTERS = ("m", "r")
 # Lists, spelt here: inside LockManager, "list" is a method.
 KeyBatch = list["bytes | str"]
 InfoList = list["LockInfo"]
@@ -82,7 +85,7 @@ class LockManager:
     def _scan_pattern(self, pattern: str) -> str:
         """SCAN's MATCH for the keys of held locks named ``pattern``: a lock's, and the holders
         of a semaphore or read/write lock."""
-        return self._backend.scan_pattern(validate_pattern(pattern), kind="[lm]")
+        return self._backend.scan_pattern(validate_pattern(pattern), kind="[lmr]")
 
     def _listed(self, match: str) -> Iterator[LockInfo]:
         skipped = 0
@@ -177,8 +180,8 @@ class LockManager:
     def _fetch_keys(self, keys: Sequence[bytes | str]) -> tuple[InfoList, int]:
         """The held locks of the keys SCAN found: locks' and semaphores' (and read/write
         locks') holders, each read in one round trip."""
-        shared = [key for key in keys if self._kind_of(key) == "m"]
-        locks = [key for key in keys if self._kind_of(key) != "m"]
+        shared = [key for key in keys if self._kind_of(key) in _SHARED_LETTERS]
+        locks = [key for key in keys if self._kind_of(key) not in _SHARED_LETTERS]
         found, skipped = self._fetch(locks, [self.name_of(key) for key in locks])
         if shared:
             holders, unreadable = self._fetch_shared(shared, [self.name_of(k) for k in shared])
@@ -282,8 +285,9 @@ class LockManager:
         return found + self._shared_holders(name)
 
     def _shared_holders(self, name: str) -> InfoList:
-        """The holders of the semaphore or read/write lock ``name``, by fencing token."""
-        holders, skipped = self._fetch_shared([self._backend.shared_keys_for(name).lock], [name])
+        """The holders of the semaphore and the read/write lock ``name``, by fencing token."""
+        keys = [self._backend.shared_keys_for(name, kind).lock for kind in ("s", "r")]
+        holders, skipped = self._fetch_shared(keys, [name, name])
         warn_skipped(skipped)
         return sorted(holders, key=lambda info: info.fencing_token)
 
@@ -330,13 +334,25 @@ class LockManager:
     def _force_shared(
         self, name: str, fencing_token: int | None, holders: InfoList
     ) -> Released | None:
-        """A semaphore's or read/write lock's holder: the token's (None: the only one)."""
-        shared = self._backend.shared_keys_for(name)
-        with redis_errors(f"Could not release lock {name!r}"):
-            held = self._backend.run(
-                shared.script("force_release"), shared.all, _force_args(fencing_token)
-            )
-        return released_of(name, held, holders) if held else None
+        """A semaphore's or read/write lock's holder: the token's (None: the only one; where
+        no holder is readable, the one a semaphore or a read/write lock of ``name`` has)."""
+        kinds = [info.kind for info in holders if fencing_token in (None, info.fencing_token)]
+        for kind in kinds[:1] or ["semaphore", "read"]:
+            shared = self._keys_of(name, kind)
+            with redis_errors(f"Could not release lock {name!r}"):
+                held = self._backend.run(
+                    shared.script("force_release"), shared.all, _force_args(fencing_token)
+                )
+            if held:
+                return released_of(name, held, holders)
+        return None
+
+    def _keys_of(self, name: str, kind: str) -> LockKeys:
+        """The keys of the hold of ``name`` of LockInfo ``kind``: a lock's, a semaphore's, or
+        a read/write lock's (a reader's or the writer's)."""
+        if kind == "lock":
+            return self._backend.keys_for(name)
+        return self._backend.shared_keys_for(name, "s" if kind == "semaphore" else "r")
 
     def clear(self, pattern: str = "*", progress: Callable[[int, int], None] | None = None) -> int:
         """Force-release the held locks :meth:`list` shows for ``pattern``; how many.
@@ -363,9 +379,7 @@ class LockManager:
             write = backend.client.pipeline(transaction=False)
             for info in found:
                 if not started <= info.acquired_at <= started + running:
-                    keys = (backend.keys_for if info.kind == "lock" else backend.shared_keys_for)(
-                        info.name
-                    )
+                    keys = self._keys_of(info.name, info.kind)
                     args = [lock_settings.tombstone_ms, info.fencing_token]
                     backend.queue(write, keys.script("force_release"), keys.all, args)
             with redis_errors("Could not clear locks"):

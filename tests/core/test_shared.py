@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import redis
 
-from django_redis_lock import MAX_TIMEOUT, LockBusy, LockNotOwned, rwlock, semaphore
+from django_redis_lock import MAX_TIMEOUT, LockBusy, LockNotOwned, lock, rwlock, semaphore
 from django_redis_lock.validation import MAX_LIMIT
 from tests.helpers import SyncDriver, start, wait_until
 
@@ -48,11 +48,12 @@ def test_a_waiter_is_handed_a_freed_place_in_arrival_order() -> None:
     late.release()
 
 
-def get_queue_length(name: str) -> int:
+def get_queue_length(name: str, kind: str = "s") -> int:
+    """How many wait for the semaphore (``kind`` "s") or read/write lock ("r") ``name``."""
     from django_redis_lock.runtime import runtime
 
     backend = runtime().for_locks(None)
-    return int(backend.client.zcard(backend.shared_keys_for(name).queue))
+    return int(backend.client.zcard(backend.shared_keys_for(name, kind).queue))
 
 
 def test_a_crashed_holders_place_comes_back_at_its_lease(redis_client: redis.Redis) -> None:
@@ -96,18 +97,34 @@ def test_a_waiting_writer_is_not_starved_by_readers() -> None:
     assert reader.acquire()
     writer = document.write()
     writing = start(lambda: writer.acquire(blocking_timeout=10))
-    wait_until(lambda: get_queue_length("doc:2") == 1)
+    wait_until(lambda: get_queue_length("doc:2", "r") == 1)
     # A reader that comes while the writer waits waits behind it.
     assert not document.read().acquire(blocking=False)
     late_reader = document.read()
     reading = start(lambda: late_reader.acquire(blocking_timeout=10))
-    wait_until(lambda: get_queue_length("doc:2") == 2)
+    wait_until(lambda: get_queue_length("doc:2", "r") == 2)
     reader.release()
     assert writing.result(5) is True
     assert not reading.done()
     writer.release()
     assert reading.result(5) is True
     late_reader.release()
+
+
+def test_a_lock_a_semaphore_and_a_read_write_lock_of_one_name_are_apart(
+    driver: SyncDriver,
+) -> None:
+    document = rwlock("apart")
+    reader, permit, held = document.read(), semaphore("apart", 1), lock("apart")
+    assert driver.acquire(reader, blocking=False)
+    assert driver.acquire(permit, blocking=False)  # a reader takes no semaphore place
+    assert driver.acquire(held, blocking=False)
+    driver.release(reader)
+    writer = document.write()
+    assert driver.acquire(writer, blocking=False)  # the permit is no reader
+    assert not driver.acquire(semaphore("apart", 1), blocking=False)
+    for each in (writer, permit, held):
+        driver.release(each)
 
 
 def test_with_blocks_and_lockbusy() -> None:

@@ -54,6 +54,32 @@ def test_the_manager_lists_each_holder_with_its_kind_and_limit() -> None:
         held.release()
 
 
+def test_one_name_held_as_a_lock_a_semaphore_and_a_read_write_lock_shows_and_releases_each() -> (
+    None
+):
+    held, permit, reader = _holding(lock("triple"), semaphore("triple", 1), rwlock("triple").read())
+    manager = get_lock_manager()
+    listed = sorted((info.kind, info.fencing_token) for info in manager.list("triple"))
+    assert listed == sorted(
+        [
+            ("lock", held.fencing_token),
+            ("semaphore", permit.fencing_token),
+            ("read", reader.fencing_token),
+        ]
+    )
+    assert len(manager.holders("triple")) == 3
+    released = manager.force_release("triple", fencing_token=reader.fencing_token)
+    assert released is not None
+    assert released.info is not None
+    assert released.info.kind == "read"
+    assert not reader.owned()
+    assert permit.owned()
+    assert held.owned()
+    writer = _holding(rwlock("triple").write())[0]  # the permit and the lock are no readers
+    assert manager.clear("triple") == 3
+    assert not any(each.owned() for each in (held, permit, writer))
+
+
 def test_an_operator_releases_one_holder_by_its_token() -> None:
     first, second = _holding(semaphore("pool", 2), semaphore("pool", 2))
     manager = get_lock_manager()
