@@ -9,6 +9,7 @@ from django_redis_lock.core.lock import Lock
 from django_redis_lock.core.shared import ReadWriteLock, SharedLock, rwlock, semaphore
 from django_redis_lock.exceptions import (
     AlreadyQueued,
+    LeadershipLost,
     LockBusy,
     LockError,
     LockNotOwned,
@@ -17,6 +18,7 @@ from django_redis_lock.exceptions import (
     StaleFencingToken,
 )
 from django_redis_lock.fencing import FencedModelMixin, FencedQuerySet, FenceField, fenced_update
+from django_redis_lock.leader import Leadership, leader
 from django_redis_lock.locked import locked
 from django_redis_lock.ops import get_lock_manager
 from django_redis_lock.ops.manager import LockManager
@@ -38,6 +40,8 @@ __all__ = [
     "FenceField",
     "FencedModelMixin",
     "FencedQuerySet",
+    "Leadership",
+    "LeadershipLost",
     "Listing",
     "Lock",
     "LockBusy",
@@ -56,6 +60,7 @@ __all__ = [
     "current_lock",
     "fenced_update",
     "get_lock_manager",
+    "leader",
     "lock",
     "locked",
     "rwlock",

@@ -40,6 +40,13 @@ class LateGrant(LockUnavailable):
     non-blocking one (or one whose time is up) raises this."""
 
 
+class LeadershipLost(LockError):
+    """The leadership of a name was lost (a renewal found it taken, or none was confirmed
+    before its lease ended), or was never taken: raised by ``Leadership.check()``, into an
+    ``async with leader(...)`` body (which is cancelled), and on leaving a ``with`` block
+    during which the leadership was lost."""
+
+
 class AlreadyQueued(LockBusy):
     """A task decorated with ``@unique`` was enqueued while its key was taken by another
     enqueue of the same key (``on_duplicate="raise"``). ``task_id`` names the task that holds

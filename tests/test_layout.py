@@ -31,7 +31,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"runtime"}),
     frozenset({"core"}),
     frozenset({"ops"}),
-    frozenset({"locked", "unique", "fencing"}),
+    frozenset({"locked", "unique", "fencing", "leader"}),
     frozenset({"admin", "management", "checks", "apps", "models", "migrations", "__init__"}),
 )
 #: The longest a module may be, in lines.

@@ -54,8 +54,10 @@ def fence_of(lock_or_token: object) -> Fence:
 
     Refused before any query: a Lock that holds nothing or whose hold was found lost
     (LockNotOwned), a read hold (ValueError: readers hold side by side), anything else
-    (TypeError).
+    (TypeError). A leadership fences with its epoch: its ``lock``.
     """
+    if not isinstance(lock_or_token, Lock) and isinstance(getattr(lock_or_token, "lock", 0), Lock):
+        lock_or_token = lock_or_token.lock  # type: ignore[attr-defined]  # a Leadership
     if isinstance(lock_or_token, bool) or not isinstance(lock_or_token, (Lock, numbers.Integral)):
         raise TypeError(
             "A fenced write needs a held Lock (or a semaphore's place, or a write hold) or an "

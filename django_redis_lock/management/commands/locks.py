@@ -20,6 +20,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django_redis_lock.display import counted, safe_json, safe_text
 from django_redis_lock.exceptions import LockUnavailable
 from django_redis_lock.management.commands import _doctor as doctor
+from django_redis_lock.management.commands import _lead as lead_command
 from django_redis_lock.management.commands._output import (
     COLUMNS,
     NARROWEST,
@@ -131,7 +132,17 @@ class Command(BaseCommand):
             "timeouts, versions. Exits with status 1 on an error.",
         )
         doctor.add_argument("--json", action="store_true", help="Print a JSON array.")
-        for subcommand in (listing, show, release, clear, stats, doctor):
+        lead = commands.add_parser(
+            "lead",
+            usage=f"manage.py locks {lead_command.USAGE}",
+            help="Run a command only while this process leads NAME (one instance across "
+            "machines); SIGTERM stops it and hands the leadership over at once.",
+        )
+        lead.add_argument("name")
+        lead_command.add_options(lead)
+        lead.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+        self._lead_parser = lead
+        for subcommand in (listing, show, release, clear, stats, doctor, lead):
             _accept_common_options(subcommand, parser)
 
     def execute(self, *args: Any, **options: Any) -> str | None:
@@ -145,6 +156,10 @@ class Command(BaseCommand):
         try:
             if options["subcommand"] == "doctor":
                 return self._doctor(options)
+            if options["subcommand"] == "lead":
+                options, command = lead_command.split(self._lead_parser, options)
+                say = self.stderr.write  # the command's own output keeps stdout
+                raise SystemExit(lead_command.run(options, command, say))
             manager = get_lock_manager(options["using"])
             getattr(self, f"_{options['subcommand']}")(manager, options)
         except LockUnavailable as exc:
