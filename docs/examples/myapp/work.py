@@ -44,3 +44,11 @@ def read_document(document_id: int) -> str:
 
 def write_document(document_id: int, text: str, fence: int) -> None:
     record("write_document", (document_id, text, fence > 0))
+
+
+def run_due_jobs(epoch: int) -> None:
+    record("run_due_jobs", epoch > 0)
+
+
+async def handle_message(message: str, epoch: int) -> None:
+    record("handle_message", (message, epoch > 0))
