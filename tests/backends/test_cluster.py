@@ -36,6 +36,7 @@ from tests.helpers import (
     start,
     wait_until,
 )
+from tests.leader.scenarios import leads_hands_over_and_is_deposed
 
 # One cluster for the module (xdist's --dist loadfile keeps a module's tests on one worker).
 pytestmark = pytest.mark.slow
@@ -383,3 +384,9 @@ def test_semaphores_and_read_write_locks_on_every_primary(on_cluster: ClusterTop
     with rwlock("cluster:doc").write() as writer:
         assert writer.fencing_token is not None
         assert not rwlock("cluster:doc").read().acquire(blocking=False)
+
+
+def test_a_leadership_leads_hands_over_and_is_deposed(
+    on_cluster: ClusterTopology, driver: SyncDriver
+) -> None:
+    leads_hands_over_and_is_deposed(driver, "cluster")

@@ -41,6 +41,7 @@ from tests.helpers import (
     wait_for_unread_request,
     wait_until,
 )
+from tests.leader.scenarios import leads_hands_over_and_is_deposed
 
 PRIMARIES = 5
 ALIASES = [f"q{i}" for i in range(PRIMARIES)]
@@ -1009,3 +1010,9 @@ def test_semaphores_and_read_write_locks_are_refused_on_a_quorum(quorum: list[re
     locked("x", limit=2)  # on REDIS_LOCK["CACHE"]: the system check says it
     ids = [m.id for m in run_checks(tags=["caches"]) if m.id.startswith("django_redis_lock")]
     assert ids == ["django_redis_lock.E013"]
+
+
+def test_a_leadership_leads_hands_over_and_is_deposed(
+    quorum: list[redis.Redis], driver: SyncDriver
+) -> None:
+    leads_hands_over_and_is_deposed(driver, "quorum")

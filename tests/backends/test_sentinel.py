@@ -34,6 +34,7 @@ from tests.helpers import (
     start,
     wait_until,
 )
+from tests.leader.scenarios import leads_hands_over_and_is_deposed
 
 # One topology for the module (xdist's --dist loadfile keeps a module's tests on one worker).
 pytestmark = pytest.mark.slow
@@ -309,3 +310,11 @@ def test_semaphores_and_read_write_locks_with_wait_replicas(settings: Any) -> No
     third.release()
     with rwlock("sentinel:doc").read(), rwlock("sentinel:doc").read():
         assert not rwlock("sentinel:doc").write().acquire(blocking=False)
+
+
+@pytest.mark.usefixtures("on_sentinel")
+def test_a_leadership_leads_hands_over_and_is_deposed_with_wait_replicas(
+    settings: Any, driver: SyncDriver
+) -> None:
+    settings.REDIS_LOCK = {**settings.REDIS_LOCK, "WAIT_REPLICAS": 1, "WAIT_TIMEOUT": 2}
+    leads_hands_over_and_is_deposed(driver, "sentinel")
