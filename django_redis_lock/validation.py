@@ -60,6 +60,18 @@ def validate_limit(limit: object) -> int:
     return limit
 
 
+def validate_fencing_token(token: object) -> int | None:
+    """``token`` if it can name a hold: None (whichever) or a whole number (one a listing
+    showed, even of data another program wrote: so negative ones too)."""
+    if token is None:
+        return None
+    if isinstance(token, bool) or not isinstance(token, int):
+        raise TypeError(f"fencing_token must be a whole number or None, not {token!r}.")
+    if abs(token) >= 2**63:
+        raise ValueError(f"fencing_token {token} is no token: it does not fit 64 bits.")
+    return token
+
+
 def validate_template(template: object) -> str | None:
     """``template`` if it is a usable name template (a metrics label): None, or a non-empty
     str of at most MAX_NAME_LENGTH."""

@@ -22,7 +22,7 @@ from django_redis_lock.validation import MAX_PATTERN_LENGTH, shorten
 LIST_TEXT_LIMIT = 100
 
 _GLOB_CHARACTERS = frozenset("*?[")
-_SELECTION = re.compile(r"(?:(-?[0-9]{1,20}):)?([^:]*)")  # [token:]quoted name
+_SELECTION = re.compile(r"(?:(-?[0-9]{1,18}):)?([^:]*)")  # [token:]quoted name (64 bits)
 
 
 def form_value(name: str, fencing_token: int | None = None) -> str:

@@ -75,7 +75,8 @@ class Lock(LockFlows):
         self.name = validate_name(name)
         #: The name's template: the ``lock`` label of the lock's metrics.
         self.template = validate_template(template)
-        self._held_at: float | None = None  # when the hold began, if metrics observe it
+        # When the hold began and the metrics observers that saw it, if any observe it.
+        self._held_at: tuple[float, tuple[metrics.Observer, ...]] | None = None
         self._label: str | None = None  # its metrics' lock label, once known
         ms = validate_timeout(timeout, "timeout") if timeout is not None else None
         #: Whether the timeout is the statistics' suggestion (``timeout="auto"``).

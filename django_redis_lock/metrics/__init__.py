@@ -201,7 +201,9 @@ def began(lock: Any) -> None:
     observed = observers()
     if not observed:
         return
-    lock._held_at = time.monotonic()
+    # Its end goes to the observers that saw it begin, whatever METRICS says by then (a
+    # gauge of holds must come down).
+    lock._held_at = (time.monotonic(), observed)
     label = label_of(lock)
     for observer in observed:
         try:
@@ -212,11 +214,12 @@ def began(lock: Any) -> None:
 
 def ended(lock: Any) -> None:
     """The hold of ``lock`` ended by its release."""
-    held_at, lock._held_at = lock._held_at, None
-    if held_at is None:
+    began_by, lock._held_at = lock._held_at, None
+    if began_by is None:
         return
+    held_at, observed = began_by
     held, label = time.monotonic() - held_at, label_of(lock)
-    for observer in observers():
+    for observer in observed:
         try:
             observer.ended(label, lock, held)
         except Exception:
@@ -225,11 +228,12 @@ def ended(lock: Any) -> None:
 
 def lost(lock: Any, cause: str) -> None:
     """The hold of ``lock`` was found lost, for ``cause``."""
-    held_at, lock._held_at = lock._held_at, None
-    if held_at is None:
+    began_by, lock._held_at = lock._held_at, None
+    if began_by is None:
         return
+    held_at, observed = began_by
     held, label = time.monotonic() - held_at, label_of(lock)
-    for observer in observers():
+    for observer in observed:
         _safely(observer.lost, label, lock, cause, held)
 
 

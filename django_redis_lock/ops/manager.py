@@ -33,6 +33,7 @@ from django_redis_lock.stats import parse as parse_stats
 from django_redis_lock.validation import (
     page_cursor,
     validate_cursor,
+    validate_fencing_token,
     validate_name,
     validate_page_size,
     validate_pattern,
@@ -317,12 +318,15 @@ class LockManager:
         with several holders (a semaphore's places, readers) raises :class:`SeveralHolders`,
         a ValueError that lists their tokens: pick one, or :meth:`release_all`.
         """
+        fencing_token = validate_fencing_token(fencing_token)
+        holders = self._shared_holders(validate_name(name))  # their kinds: replies have none
+        if fencing_token is None:
+            lock = [info for info in [self.get(name)] if info is not None]
+            if len(lock + holders) > 1:  # a lock and a semaphore of one name count too
+                raise SeveralHolders(name, [info.fencing_token for info in lock + holders])
         released = self._force_lock(name, fencing_token)
         if released is not None:
             return released
-        holders = self._shared_holders(name)  # their kinds: the script's reply has none
-        if fencing_token is None and len(holders) > 1:
-            raise SeveralHolders(name, [info.fencing_token for info in holders])
         return self._force_shared(name, fencing_token, holders)
 
     def _force_lock(self, name: str, fencing_token: int | None) -> Released | None:

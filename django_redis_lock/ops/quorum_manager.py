@@ -37,6 +37,7 @@ from django_redis_lock.stats import parse as parse_stats
 from django_redis_lock.validation import (
     MAX_NAME_LENGTH,
     shorten,
+    validate_fencing_token,
     validate_name,
     validate_page_size,
     validate_pattern,
@@ -130,6 +131,7 @@ class QuorumLockManager(LockManager):
         """Force-release ``name`` on every primary: the hold a majority has (with
         ``fencing_token``, only if it is that hold); without a token, whatever each primary
         holds for it too (what a failed attempt or a dead holder left on a minority)."""
+        fencing_token = validate_fencing_token(fencing_token)
         found, _ = self._holds([validate_name(name)], {})
         hold = found[0] if found else None
         if fencing_token is not None and (hold is None or hold[0].fencing_token != fencing_token):

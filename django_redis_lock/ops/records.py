@@ -61,7 +61,9 @@ class LockInfo:
         """What is held, for people: ``""`` for a lock, ``semaphore of 3``, ``read``, ``write``."""
         if self.kind == "lock":
             return ""
-        return f"semaphore of {self.limit}" if self.kind == "semaphore" else self.kind
+        if self.kind == "semaphore":  # its limit unknown when the stored one is not a number
+            return "semaphore" if self.limit is None else f"semaphore of {self.limit}"
+        return self.kind
 
     @property
     def shown_name(self) -> str:
@@ -143,7 +145,7 @@ def shared_infos(name: str, record: object) -> tuple[list[LockInfo], int]:
             continue
         *fields, lease_ms, kind = holder
         info = info_of(name, fields, lease_ms)
-        if info is None or kind not in _KINDS:
+        if info is None or not isinstance(kind, str) or kind not in _KINDS:
             skipped += 1
             continue
         kind_name = _KINDS[kind]

@@ -57,6 +57,16 @@ end
 )
 
 _QUEUE_PRELUDE = """
+-- Whether a decoded waiter entry is one these scripts write: anything else (another program's
+-- value in the waiters hash) is dropped as a dead waiter, never an error for every caller.
+local function waiter(entry)
+  return type(entry) == 'table' and type(entry.d) == 'number' and type(entry.t) == 'number'
+    and entry.t > 0 and type(entry.c) == 'string' and type(entry.o) == 'string'
+    and type(entry.l) == 'string' and (entry.w == nil or type(entry.w) == 'number')
+    and (entry.n == nil or type(entry.n) == 'number')
+    and (entry.k == nil or entry.k == 's' or entry.k == 'r' or entry.k == 'w')
+end
+
 -- The first waiter whose deadline has not passed; dead entries in front of it are dropped.
 -- ``head``: the queue's first entry if read already.
 local function first_live(queue, waiters, now_ms, head)
@@ -65,8 +75,8 @@ local function first_live(queue, waiters, now_ms, head)
     if not head then return nil end
     local raw = redis.call('HGET', waiters, head)
     if raw then
-      local entry = cjson.decode(raw)
-      if entry.d > now_ms then return head, entry end
+      local decoded, entry = pcall(cjson.decode, raw)
+      if decoded and waiter(entry) and entry.d > now_ms then return head, entry end
     end
     redis.call('ZREM', queue, head)
     redis.call('HDEL', waiters, head)

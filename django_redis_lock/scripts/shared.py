@@ -34,12 +34,19 @@ _SHARED_PRELUDE = (
     + STATS_LUA
     + _QUEUE_PRELUDE
     + """
--- Whether a decoded field is a live holder as these scripts write one: a lease that has not
--- ended and is at most MAX_TIMEOUT long, a token the scripts can compare, a kind.
+-- Whether a decoded field is a live holder as these scripts write one, and as a listing can
+-- show it: a lease in whole ms that has not ended and is at most MAX_TIMEOUT long, a token of
+-- digits the scripts compare exactly, a start time of digits a datetime can hold, a kind.
+local function digits(text, below)
+  return type(text) == 'string' and string.match(text, '^%d+$') ~= nil and #text < 19
+    and tonumber(text) < below
+end
+
 local function ours(entry, now_ms)
   return type(entry) == 'table' and type(entry.e) == 'number' and entry.e > now_ms
-    and entry.e <= now_ms + MAX_TIMEOUT_MS and (entry.k == 's' or entry.k == 'r' or entry.k == 'w')
-    and type(entry.t) == 'string' and (tonumber(entry.t) or 9e15) < 9e15
+    and entry.e == math.floor(entry.e) and entry.e <= now_ms + MAX_TIMEOUT_MS
+    and (entry.k == 's' or entry.k == 'r' or entry.k == 'w')
+    and digits(entry.t, 9e15) and digits(entry.a, 2.5e17)
 end
 
 -- The live holders (secret -> entry), how many, whether the writer is one, and when the first

@@ -23,7 +23,7 @@ COLUMNS = ("NAME", "TTL", "OWNER", "LABEL", "ACQUIRED", "TOKEN")
 _FLEXIBLE = frozenset({"NAME", "OWNER", "LABEL"})
 _SMALLEST_FLEXIBLE = 12
 # What a shown name ends with when a semaphore or read/write lock holds it: kept whole.
-_KIND = re.compile(r" \[(?:semaphore of [0-9]+|read|write)\]$")
+_KIND = re.compile(r" \[(?:semaphore(?: of [0-9]+)?|read|write)\]$")
 
 
 def terminal_width(stream: TextIO | Any, default: int) -> int:

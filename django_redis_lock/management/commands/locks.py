@@ -195,6 +195,8 @@ class Command(BaseCommand):
                     f"one (their fencing tokens: {', '.join(map(str, exc.tokens))}), or --all "
                     "to release every one."
                 ) from None
+            except ValueError as exc:  # a token that fits no hold (past 64 bits)
+                raise CommandError(str(exc)) from None
         if not released:
             held = f" with fencing token {token}" if token is not None else ""
             raise CommandError(f"No lock named {quoted(name)} is held{held}.")
