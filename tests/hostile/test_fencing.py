@@ -1,10 +1,18 @@
-"""Hostile probes, area 7: fencing (bulk_update with the fence, stale save of a deleted row,
-huge tokens)."""
+"""Hostile probes of fenced writes: bulk_update() naming the fence field, a stale save of a row
+deleted (or deleted and created again) since it was read, tokens that are huge, far ahead, not
+integers or a read hold's, and fenced_update() on what is not a queryset.
+
+The promise held: docs/fencing.rst (a write with a token lower than the row's is refused with
+StaleFencingToken and writes nothing; bulk_update() naming the fence is a TypeError before any
+query; a token is an integer from 1 to 2**63 - 1 and at most an hour ahead of the clock).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from decimal import Decimal
 from fractions import Fraction
 
@@ -25,6 +33,8 @@ from testproject.models import Account
 
 pytestmark = pytest.mark.django_db
 
+REFUSED_TOKEN = "A fencing token is an integer from 1 to"
+
 
 def now_us() -> int:
     return time.time_ns() // 1000
@@ -34,8 +44,11 @@ def account(fence: int = 0) -> Account:
     return Account.objects.create(balance=Decimal(100), fence=fence)
 
 
-@pytest.mark.parametrize("fields", [["fence"], ("balance", "fence"),
-                                    {"fence": 1}, ["balance", "fence", "fence"]], ids=repr)
+@pytest.mark.parametrize(
+    "fields",
+    [["fence"], ("balance", "fence"), {"fence": 1}, ["balance", "fence", "fence"]],
+    ids=repr,
+)
 def test_bulk_update_naming_the_fence_is_refused(fields: object) -> None:
     row = account(fence=5)
     row.fence = 1
@@ -103,7 +116,7 @@ def test_async_stale_save_of_a_deleted_row() -> None:
     assert not Account.objects.filter(pk=row.pk).exists()
 
 
-def test_deleted_then_recreated_same_pk_by_later_holder_is_refused() -> None:
+def test_a_row_deleted_and_created_again_by_a_later_holder_refuses_the_stale_save() -> None:
     row = account()
     copy = Account.objects.get(pk=row.pk)
     pk = row.pk
@@ -114,7 +127,7 @@ def test_deleted_then_recreated_same_pk_by_later_holder_is_refused() -> None:
     assert Account.objects.get(pk=pk).balance == Decimal(5)
 
 
-def test_new_instance_is_inserted_with_the_token() -> None:
+def test_a_new_instance_is_inserted_with_the_token_as_its_fence() -> None:
     fresh = Account(balance=Decimal(3))
     token = now_us()
     fresh.save(fence=token)
@@ -122,11 +135,11 @@ def test_new_instance_is_inserted_with_the_token() -> None:
     assert fresh.fence == token
 
 
-def test_save_force_update_of_deleted_row() -> None:
+def test_save_force_update_of_a_deleted_row_is_refused_as_stale() -> None:
     row = account()
     copy = Account.objects.get(pk=row.pk)
     Account.objects.filter(pk=row.pk).delete()
-    with pytest.raises((StaleFencingToken, Exception)):
+    with pytest.raises(StaleFencingToken, match="was deleted after this instance was read"):
         copy.save(fence=now_us(), force_update=True)
     assert not Account.objects.filter(pk=row.pk).exists()
 
@@ -137,24 +150,26 @@ def test_save_force_update_of_deleted_row() -> None:
     ids=repr,
 )
 def test_huge_or_bad_tokens_refused_before_any_query(
-    token: object, django_assert_num_queries: object
+    token: object, django_assert_num_queries: Callable[[int], AbstractContextManager[object]]
 ) -> None:
     row = account()
     if token == "now+2h":
         token = now_us() + 2 * 3600 * 10**6
     elif token == "now+61min":
         token = now_us() + 61 * 60 * 10**6
-    with pytest.raises(ValueError):
-        fenced_update(Account.objects.filter(pk=row.pk), token, balance=Decimal(0))
-    with pytest.raises(ValueError):
-        row.save(fence=token)
+    with django_assert_num_queries(0):
+        with pytest.raises(ValueError, match=REFUSED_TOKEN):
+            fenced_update(Account.objects.filter(pk=row.pk), token, balance=Decimal(0))
+        with pytest.raises(ValueError, match=REFUSED_TOKEN):
+            row.save(fence=token)
     row.refresh_from_db()
     assert (row.balance, row.fence) == (Decimal(100), 0)
 
 
-@pytest.mark.parametrize("token", [True, False, 5.0, Decimal(5), Fraction(5), "5", b"5", [5]],
-                         ids=repr)
-def test_non_int_tokens_refused(token: object) -> None:
+@pytest.mark.parametrize(
+    "token", [True, False, 5.0, Decimal(5), Fraction(5), "5", b"5", [5]], ids=repr
+)
+def test_tokens_that_are_not_ints_are_type_errors(token: object) -> None:
     row = account()
     with pytest.raises(TypeError):
         fenced_update(Account.objects.filter(pk=row.pk), token, balance=Decimal(0))
@@ -182,11 +197,11 @@ def test_fenced_update_refuses_the_fence_in_values_and_f_expressions() -> None:
             fenced_update(Account.objects.filter(pk=row.pk), now_us(), **values)
 
 
-def test_read_hold_and_lost_hold_refused() -> None:
+def test_a_read_hold_or_a_released_hold_cannot_fence_a_save_a_permit_can() -> None:
     row = account()
     reader = rwlock("fence-r").read()
     assert reader.acquire()
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="cannot fence a write"):
         row.save(fence=reader)
     released = lock("fence-l")
     assert released.acquire()
@@ -206,7 +221,7 @@ def test_fenced_update_on_deleted_rows_writes_nothing_and_refuses_nothing() -> N
     assert fenced_update(Account.objects.filter(pk=row.pk), now_us(), balance=Decimal(0)) == 0
 
 
-def test_fenced_update_not_a_queryset() -> None:
+def test_fenced_update_refuses_what_is_not_a_queryset() -> None:
     with pytest.raises(TypeError):
         fenced_update(Account.objects, now_us(), balance=Decimal(0))  # type: ignore[arg-type]
     with pytest.raises(TypeError):

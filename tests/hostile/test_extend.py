@@ -1,22 +1,34 @@
-"""Hostile probes, area 2: extend() near and over MAX_TIMEOUT on locks and semaphore places
-(replace_ttl and add), sync and async: never a hold lost silently."""
+"""Hostile probes of extend(): amounts at, near and over MAX_TIMEOUT, not numbers, or after
+the release, on a lock, a semaphore place, a reader and a writer, added or replacing the
+lease, through the sync and the async API.
+
+The promise held: docs/locks.rst and docs/reference/api.rst on extend() and MAX_TIMEOUT (a
+lease is capped at MAX_TIMEOUT, a bad amount is a ValueError or TypeError at the call and the
+hold is kept, never lost silently), and docs/semaphores.rst (each holder has its own lease).
+"""
 
 from __future__ import annotations
 
 import math
+import time
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
 from django_redis_lock import MAX_TIMEOUT, LockNotOwned, get_lock_manager, lock, rwlock, semaphore
 from tests.helpers import SyncDriver
 
+REFUSED_AMOUNT = "additional_time must be a number of seconds from 0.001 up to 31536000"
 
-def makers():
+
+def makers() -> dict[str, Callable[..., Any]]:
+    """A holder of each kind, all of the name "extended", given the options passed."""
     return {
-        "lock": lambda **kw: lock("h2", **kw),
-        "semaphore": lambda **kw: semaphore("h2", 1, **kw),
-        "read": lambda **kw: rwlock("h2", **kw).read(),
-        "write": lambda **kw: rwlock("h2", **kw).write(),
+        "lock": lambda **kw: lock("extended", **kw),
+        "semaphore": lambda **kw: semaphore("extended", 1, **kw),
+        "read": lambda **kw: rwlock("extended", **kw).read(),
+        "write": lambda **kw: rwlock("extended", **kw).write(),
     }
 
 
@@ -38,13 +50,15 @@ def test_add_near_max_is_capped_and_kept(driver: SyncDriver, kind: str, amount: 
     driver.extend(held, amount)
     assert driver.owned(held)
     left = driver.ttl(held)
-    assert left is not None and left <= MAX_TIMEOUT + 0.01
+    assert left is not None
+    assert left <= MAX_TIMEOUT + 0.01
     assert blocked(kind)
     driver.extend(held, amount)  # again: still capped, still held
     assert driver.owned(held)
     assert blocked(kind)
-    holders = get_lock_manager().holders("h2")
-    assert len(holders) == 1 and holders[0].ttl <= MAX_TIMEOUT + 0.01
+    holders = get_lock_manager().holders("extended")
+    assert len(holders) == 1
+    assert holders[0].ttl <= MAX_TIMEOUT + 0.01
     driver.release(held)
     assert not driver.locked(held)
 
@@ -56,21 +70,23 @@ def test_replace_with_max_is_kept(driver: SyncDriver, kind: str) -> None:
     driver.extend(held, MAX_TIMEOUT, replace_ttl=True)
     assert driver.owned(held)
     left = driver.ttl(held)
-    assert left is not None and MAX_TIMEOUT - 5 < left <= MAX_TIMEOUT
+    assert left is not None
+    assert MAX_TIMEOUT - 5 < left <= MAX_TIMEOUT
     assert blocked(kind)
     driver.release(held)
 
 
 @pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("amount", [MAX_TIMEOUT + 1, MAX_TIMEOUT + 0.001, math.inf, math.nan, 0,
-                                    -1, 0.0001, 1e308])
+@pytest.mark.parametrize(
+    "amount", [MAX_TIMEOUT + 1, MAX_TIMEOUT + 0.001, math.inf, math.nan, 0, -1, 0.0001, 1e308]
+)
 def test_extend_over_max_or_bad_is_refused_and_the_hold_kept(
     driver: SyncDriver, kind: str, amount: float
 ) -> None:
     held = makers()[kind](timeout=30)
     assert driver.acquire(held)
     for replace in (False, True):
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match=REFUSED_AMOUNT):
             driver.extend(held, amount, replace_ttl=replace)
     assert driver.owned(held)
     assert 25 < (driver.ttl(held) or 0) <= 30
@@ -96,7 +112,8 @@ def test_extend_none_adds_the_timeout(kind: str) -> None:
     assert held.acquire()
     held.extend()
     left = held.ttl()
-    assert left is not None and 35 < left <= 40
+    assert left is not None
+    assert 35 < left <= 40
     held.release()
 
 
@@ -114,10 +131,9 @@ def test_extended_to_max_then_the_watchdog_keeps_it(kind: str) -> None:
     held = makers()[kind](timeout=0.3)
     assert held.acquire()
     held.extend(MAX_TIMEOUT, replace_ttl=True)
-    import time
-
-    time.sleep(0.5)
-    assert held.owned() and not held.lost
+    time.sleep(0.5)  # the point: past the 0.3 s lease, through the watchdog's renewals of it
+    assert held.owned()
+    assert not held.lost
     held.release()
 
 
@@ -127,27 +143,32 @@ def test_a_place_at_max_is_listed_and_force_released(kind: str) -> None:
     assert held.acquire()
     held.extend(MAX_TIMEOUT)
     held.extend(MAX_TIMEOUT)
-    listed = list(get_lock_manager().list("h2"))
+    listed = list(get_lock_manager().list("extended"))
     assert len(listed) == 1
-    assert get_lock_manager().release("h2")
+    assert get_lock_manager().release("extended")
     with pytest.raises(LockNotOwned):
         held.release()
 
 
 def test_a_semaphore_with_two_places_at_max() -> None:
-    a, b = semaphore("h2m", 2), semaphore("h2m", 2)
-    assert a.acquire() and b.acquire()
+    a, b = semaphore("two-places", 2), semaphore("two-places", 2)
+    assert a.acquire()
+    assert b.acquire()
     a.extend(MAX_TIMEOUT)
     b.extend(MAX_TIMEOUT, replace_ttl=True)
-    assert not semaphore("h2m", 2).acquire(blocking=False)
-    assert a.owned() and b.owned()
+    assert not semaphore("two-places", 2).acquire(blocking=False)
+    assert a.owned()
+    assert b.owned()
     a.release()
     b.release()
 
 
 def test_max_timeout_as_lease_at_acquire() -> None:
-    for held in (lock("h2a", timeout=MAX_TIMEOUT), semaphore("h2b", 1, timeout=MAX_TIMEOUT),
-                 rwlock("h2c", timeout=MAX_TIMEOUT).write()):
+    for held in (
+        lock("max-lease-lock", timeout=MAX_TIMEOUT),
+        semaphore("max-lease-semaphore", 1, timeout=MAX_TIMEOUT),
+        rwlock("max-lease-rwlock", timeout=MAX_TIMEOUT).write(),
+    ):
         assert held.acquire()
         held.extend(10)
         assert held.owned()

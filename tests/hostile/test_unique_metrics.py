@@ -1,19 +1,36 @@
-"""Hostile probes, area 6: @unique with task ids Celery accepts, two tasks from one function,
-using= bad aliases for @unique/@locked, METRICS values at run time, METRICS_MAX_LABELS."""
+"""Hostile probes of @unique and the metrics settings: task ids Celery accepts however odd
+(huge, control characters, format directives, text that reads like the package's own
+markers), two tasks made from one function, bad cache aliases for @unique, @locked, lock(),
+semaphore() and rwlock(), METRICS set to what is not a bool or flipped while a lock is held,
+and METRICS_MAX_LABELS small or raised at run time.
+
+The promise held: docs/unique.rst (a duplicate gets back the queued task's id, or
+AlreadyQueued carries it; the key is the key, whatever task uses it), docs/metrics.rst (METRICS
+and METRICS_MAX_LABELS read at run time; labels past the cap go to "other", nothing uncounted)
+and the project's rule that a bad alias is refused at the call or decoration.
+"""
 
 from __future__ import annotations
 
 import io
 import json
-import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 from django.test.utils import override_settings
 
-from django_redis_lock import AlreadyQueued, get_lock_manager, lock, locked, rwlock, semaphore, unique
+from django_redis_lock import (
+    AlreadyQueued,
+    get_lock_manager,
+    lock,
+    locked,
+    rwlock,
+    semaphore,
+    unique,
+)
 from testproject.redis_server import RedisServer
 from tests.celery_worker import on_broker
 
@@ -46,6 +63,7 @@ def celery_app(celery_broker_server: RedisServer) -> Iterator[Any]:
 
 
 def _work(item: int) -> int:
+    """The body of every task here: what it does never matters, only its enqueueing."""
     return item
 
 
@@ -53,6 +71,7 @@ _made: dict[str, Any] = {}
 
 
 def task_named(app: Any, name: str, key: str, **options: Any) -> Any:
+    """The task ``name`` made from ``_work`` with ``@unique(key, **options)``, made once."""
     if name not in _made:
         _made[name] = unique(key, **options)(app.task(name=name)(_work))
     return _made[name]
@@ -103,7 +122,7 @@ def test_two_tasks_from_one_function_keep_their_keys(celery_app: Any) -> None:
     assert names == ["unique:two-a:1", "unique:two-b:1"]
 
 
-def test_two_tasks_same_key_one_function(celery_app: Any) -> None:
+def test_two_tasks_given_one_key_share_it(celery_app: Any) -> None:
     """Two tasks (different names) given the same key share the key: documented as a key."""
     a = task_named(celery_app, "tests.hostile.same.a", "same:{item}")
     b = task_named(celery_app, "tests.hostile.same.b", "same:{item}")
@@ -111,32 +130,54 @@ def test_two_tasks_same_key_one_function(celery_app: Any) -> None:
     assert b.apply_async((1,), queue=NOBODY).id == first.id
 
 
+DECORATORS: dict[str, Callable[[Any], object]] = {
+    "unique": lambda using: unique("k:{x}", using=using),
+    "locked": lambda using: locked("k", using=using),
+    "locked-limit": lambda using: locked("k", limit=2, using=using),
+}
+
+
 @pytest.mark.parametrize(
     "using",
-    ["nope", "", " default", "DEFAULT", ["default", "default", "default"], ["default", "builtin"],
-     ("default", "builtin", "nope"), 5, b"default", {"default"}],
+    [
+        "nope",
+        "",
+        " default",
+        "DEFAULT",
+        ["default", "default", "default"],
+        ["default", "builtin"],
+        ("default", "builtin", "nope"),
+        5,
+        b"default",
+        {"default"},
+    ],
     ids=repr,
 )
-@pytest.mark.parametrize("decorator", ["unique", "locked", "locked-limit"])
+@pytest.mark.parametrize("decorator", list(DECORATORS))
 def test_bad_using_refused_at_decoration(decorator: str, using: object) -> None:
     with pytest.raises((ValueError, TypeError)):
-        if decorator == "unique":
-            unique("k:{x}", using=using)  # type: ignore[arg-type]
-        elif decorator == "locked":
-            locked("k", using=using)  # type: ignore[arg-type]
-        else:
-            locked("k", limit=2, using=using)  # type: ignore[arg-type]
+        DECORATORS[decorator](using)
 
 
-@pytest.mark.parametrize("using", ["nope", "", ["default", "default", "default"]], ids=repr)
-def test_bad_using_refused_for_lock_semaphore_rwlock(using: object) -> None:
-    for make in (lambda: lock("k", using=using), lambda: semaphore("k", 2, using=using),
-                 lambda: rwlock("k", using=using)):
-        with pytest.raises(Exception) as raised:
+@pytest.mark.parametrize(
+    ("using", "refusal", "message"),
+    [
+        ("nope", ImproperlyConfigured, "'nope' .* is not in CACHES"),
+        ("", ImproperlyConfigured, "'' .* is not in CACHES"),
+        (["default", "default", "default"], ValueError, "'default' more than once"),
+    ],
+    ids=repr,
+)
+def test_bad_using_refused_for_lock_semaphore_rwlock(
+    using: object, refusal: type[Exception], message: str
+) -> None:
+    for make in (
+        lambda: lock("k", using=using),  # type: ignore[arg-type]
+        lambda: semaphore("k", 2, using=using),  # type: ignore[arg-type]
+        lambda: rwlock("k", using=using),  # type: ignore[arg-type]
+    ):
+        with pytest.raises(refusal, match=message):
             make()
-        assert isinstance(raised.value, (ValueError, TypeError)) or type(
-            raised.value
-        ).__name__ == "ImproperlyConfigured"
 
 
 # ---- METRICS at run time
@@ -146,29 +187,39 @@ prometheus_client = pytest.importorskip("prometheus_client")
 
 
 @pytest.fixture
-def registry() -> Iterator[Any]:
+def registry() -> Any:
+    """A fresh registry, the one METRICS_REGISTRY names in ``settings_with``."""
     from tests.metrics import registries
 
     registries.current = prometheus_client.CollectorRegistry()
-    yield registries.current
+    return registries.current
 
 
 def acquires(registry: Any, label: str) -> float:
-    return registry.get_sample_value(
-        "django_redis_lock_acquire_total", {"lock": label, "outcome": "acquired"}
-    ) or 0.0
+    """How many acquires of the lock labelled ``label`` the registry counted."""
+    return (
+        registry.get_sample_value(
+            "django_redis_lock_acquire_total", {"lock": label, "outcome": "acquired"}
+        )
+        or 0.0
+    )
 
 
 def settings_with(**changes: Any) -> Any:
+    """The test settings' REDIS_LOCK with the registry above and ``changes``."""
     from django.conf import settings
 
-    return override_settings(REDIS_LOCK={**getattr(settings, "REDIS_LOCK", {}),
-                                         "METRICS_REGISTRY": "tests.metrics.registries.current",
-                                         **changes})
+    return override_settings(
+        REDIS_LOCK={
+            **getattr(settings, "REDIS_LOCK", {}),
+            "METRICS_REGISTRY": "tests.metrics.registries.current",
+            **changes,
+        }
+    )
 
 
 @pytest.mark.parametrize("value", [0, 1, "false", "False", "", None, "yes", [], {}, 0.0])
-def test_metrics_not_a_bool_turns_off_and_locks_work(
+def test_metrics_set_to_what_is_no_bool_turns_off_warns_and_locks_work(
     registry: Any, value: object, caplog: pytest.LogCaptureFixture
 ) -> None:
     with settings_with(METRICS=value):
@@ -189,7 +240,7 @@ def test_metrics_not_a_bool_turns_off_and_locks_work(
     assert "METRICS" in caplog.text
 
 
-def test_metrics_flipped_while_held(registry: Any) -> None:
+def test_metrics_turned_off_while_held_leaves_no_held_gauge_behind(registry: Any) -> None:
     with settings_with(METRICS=True):
         held = lock("flip", template="flip")
         assert held.acquire()
@@ -207,7 +258,7 @@ def test_metrics_flipped_while_held(registry: Any) -> None:
 
 
 @pytest.mark.parametrize("value", [1, 2])
-def test_max_labels_small_semaphores_and_rwlocks(
+def test_a_small_max_labels_puts_semaphores_and_rwlocks_past_it_under_other(
     registry: Any, value: int, caplog: pytest.LogCaptureFixture
 ) -> None:
     with settings_with(METRICS=True, METRICS_MAX_LABELS=value):
@@ -226,14 +277,13 @@ def test_max_labels_small_semaphores_and_rwlocks(
     assert "other" in labels
 
 
-def test_max_labels_raised_at_run_time(registry: Any) -> None:
+def test_max_labels_raised_at_run_time_loses_no_acquire(registry: Any) -> None:
     with settings_with(METRICS=True, METRICS_MAX_LABELS=1):
         for n in range(3):
             with lock(f"up:{n}", template=f"up:{n}"):
                 pass
-    with settings_with(METRICS=True, METRICS_MAX_LABELS=10):
-        with lock("up:9", template="up:9"):
-            pass
+    with settings_with(METRICS=True, METRICS_MAX_LABELS=10), lock("up:9", template="up:9"):
+        pass
     # no crash; whichever rule applies, nothing is lost: the acquires are all counted somewhere
     total = sum(
         sample.value
