@@ -10,7 +10,8 @@ import pytest
 from django.conf import settings
 
 from django_redis_lock import AlreadyQueued, LockBusy, get_lock_manager, unique
-from django_redis_lock.unique.keys import UniqueSpec, enqueue_once, state_label, task_of
+from django_redis_lock.unique.enqueue import enqueue_once
+from django_redis_lock.unique.keys import UniqueSpec, state_label, task_of
 from testproject.redis_server import RedisServer
 from tests.celery_worker import on_broker
 from tests.helpers import wait_until
