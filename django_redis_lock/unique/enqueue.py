@@ -143,29 +143,27 @@ def _advance(flow: EnqueueFlow[R], reply: Any, error: BaseException | None) -> t
 
 def run(flow: EnqueueFlow[R]) -> R:
     """Take ``flow``'s steps with blocking calls; its result."""
-    reply: Any = None
-    error: BaseException | None = None
-    while True:
-        done, step = _advance(flow, reply, error)
-        if done:
-            return step  # type: ignore[no-any-return]
-        reply, error = None, None
+    done, step = _advance(flow, None, None)
+    while not done:
         try:
-            reply = getattr(step.target, step.method)(*step.args)
+            outcome: tuple[Any, BaseException | None] = (
+                getattr(step.target, step.method)(*step.args),
+                None,
+            )
         except BaseException as exc:  # into the flow, which decides what it undoes
-            error = exc
+            outcome = None, exc
+        done, step = _advance(flow, *outcome)
+    return step  # type: ignore[no-any-return]
 
 
 async def arun(flow: EnqueueFlow[R]) -> R:
     """:func:`run` with awaits: each step's ``a``-prefixed method."""
     reply: Any = None
     error: BaseException | None = None
-    while True:
-        done, step = _advance(flow, reply, error)
-        if done:
-            return step  # type: ignore[no-any-return]
-        reply, error = None, None
+    while not (advanced := _advance(flow, reply, error))[0]:
+        step, error = advanced[1], None
         try:
             reply = await getattr(step.target, "a" + step.method)(*step.args)
         except BaseException as exc:
-            error = exc
+            reply, error = None, exc
+    return advanced[1]  # type: ignore[no-any-return]
