@@ -232,25 +232,43 @@ class Lock(LockFlows):
         """:meth:`ttl` for async code."""
         return await adrive(self._backend, self._ttl(), self.name)
 
-    def taking_over(
+    def take_over(
         self,
-        owner: str,
         label: str,
         accept: Callable[[str], bool] | None = None,
         lease: float | None = None,
-    ) -> Flow[tuple[str | None, bool]]:
-        """The flow that gives a hold of this lock's name ``owner`` (``runtime()``'s
-        ``thread_owner()`` or ``task_owner()``), ``label`` and a lease of ``lease`` seconds
-        (None: the lock's timeout), this object holding it after: the hold this object has; or,
-        holding none, whichever hold the name has (another Lock object's, another process's: a
-        unique task's key passes so from its enqueue to its worker) if ``accept(its label)``
-        (None: any). The hold keeps its fencing token; its secret never leaves the lock.
+    ) -> tuple[str | None, bool]:
+        """Give a hold of this lock's name this thread as owner, ``label`` and a lease of
+        ``lease`` seconds (None: the lock's timeout), this object holding it after: the hold
+        this object has; or, holding none, whichever hold the name has (another Lock
+        object's, another process's: a unique task's key passes so from its enqueue to its
+        worker) if ``accept(its label)`` (None: any). The hold keeps its fencing token; its
+        secret never leaves the lock.
 
         Returns the label the hold had (None: nobody holds the name, or this object's hold was
-        lost: marked so) and whether this object holds it now. Written once for both drivers:
-        run it with ``core.drivers.drive`` or ``adrive`` on the lock's backend
-        (``runtime().for_locks(using)``).
+        lost: marked so) and whether this object holds it now.
         """
+        flow = self._taking_over(runtime().thread_owner(), label, accept, lease)
+        return drive(self._backend, flow, self.name)
+
+    async def atake_over(
+        self,
+        label: str,
+        accept: Callable[[str], bool] | None = None,
+        lease: float | None = None,
+    ) -> tuple[str | None, bool]:
+        """:meth:`take_over` for async code (this task as owner)."""
+        flow = self._taking_over(runtime().task_owner(), label, accept, lease)
+        return await adrive(self._backend, flow, self.name)
+
+    def _taking_over(
+        self,
+        owner: str,
+        label: str,
+        accept: Callable[[str], bool] | None,
+        lease: float | None,
+    ) -> Flow[tuple[str | None, bool]]:
+        """:meth:`take_over`'s flow, written once for both drivers."""
         ms = self._timeout_ms if lease is None else seconds_to_ms(lease, "lease")
         extend, keys = self._keys.script("extend"), (self._keys.lock, self._keys.stats)
         if self._holding():

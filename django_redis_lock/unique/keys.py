@@ -21,16 +21,13 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 from urllib.parse import quote, unquote
 
-from django_redis_lock.core.drivers import adrive, drive
 from django_redis_lock.core.lock import Lock
 from django_redis_lock.exceptions import AlreadyQueued, LockError
 from django_redis_lock.locked.naming import NameSpec, Naming
-from django_redis_lock.runtime import runtime
 from django_redis_lock.validation import (
     MAX_LABEL_LENGTH,
     MAX_NAME_LENGTH,
     shorten,
-    validate_using,
 )
 
 logger = logging.getLogger("django_redis_lock")
@@ -111,7 +108,7 @@ def task_of(label: str) -> tuple[str | None, str | None]:
 
 class TaskKey(Lock):
     """The lock of a unique task's key: a Lock, taken over from the process that enqueued
-    the task through the Lock's public :meth:`~Lock.taking_over`."""
+    the task through the Lock's public :meth:`~Lock.take_over`."""
 
     def __init__(self, spec: UniqueSpec, name: str, label: str, *, running: bool = False):
         timeout = None if running else spec.timeout
@@ -119,27 +116,11 @@ class TaskKey(Lock):
             name, timeout=timeout, blocking=False, auto_renew=running, using=spec.using
         )
         self.label = label  # made by state_label: a long task id may take it past the limit
-        self.backend = runtime().for_locks(validate_using(spec.using))
 
     @property
     def held(self) -> bool:
         """Whether this object holds the key (as far as it knows: no request)."""
         return self.fencing_token is not None and not self.lost
-
-    def take_over(
-        self, label: str, accept: Accept = None, lease: float | None = None
-    ) -> tuple[str | None, bool]:
-        """Relabel this object's hold, or take over the key's (see :meth:`Lock.taking_over`):
-        the label it had (None: none) and whether this object holds it now."""
-        flow = self.taking_over(runtime().thread_owner(), label, accept, lease)
-        return drive(self.backend, flow, self.name)
-
-    async def atake_over(
-        self, label: str, accept: Accept = None, lease: float | None = None
-    ) -> tuple[str | None, bool]:
-        """:meth:`take_over` for async code."""
-        flow = self.taking_over(runtime().task_owner(), label, accept, lease)
-        return await adrive(self.backend, flow, self.name)
 
 
 def none(label: str) -> bool:
