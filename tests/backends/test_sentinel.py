@@ -22,6 +22,7 @@ from django.test import Client
 from django.test.utils import override_settings
 
 from django_redis_lock import LockError, LockUnavailable, get_lock_manager, lock
+from django_redis_lock.backends.single import LockBackend
 from django_redis_lock.runtime import runtime
 from testproject.topology import SentinelTopology
 from tests.docs.examples import SENTINELS, example_settings
@@ -129,7 +130,9 @@ def subscribed_on(topology: SentinelTopology) -> bool:
 def test_acquire_release_on_the_primary(topology: SentinelTopology, driver: SyncDriver) -> None:
     # Blocking calls go on the lane (connections beside the pool), which follows the primary as
     # the pool does: the failover tests below run through it.
-    assert runtime().backend()._lane is not None  # type: ignore[attr-defined]
+    backend = runtime().backend()
+    assert isinstance(backend, LockBackend)
+    assert backend.lane is not None
     held = lock("sentinel:plain", timeout=10)
     assert driver.acquire(held)
     assert on_primary(topology, "sentinel:plain")
