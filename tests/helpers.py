@@ -189,11 +189,19 @@ def wait_for_unread_request(port: int, timeout: float = 5.0) -> None:
 async def until_redis_has_unread_request(port: int, timeout: float = 5.0) -> None:
     """Return once a request sits unread in a paused server's socket (it will run it on
     resume): the way to know that a call was sent, when no reply can come."""
+    await until(lambda: _unread_request_bytes(port), timeout=timeout)
+
+
+async def until(predicate: Callable[[], Any], timeout: float = 5.0, step: float = 0.005) -> Any:
+    """:func:`wait_until` on an event loop: the loop's other tasks run between the looks."""
     deadline = time.monotonic() + timeout
-    while not _unread_request_bytes(port):
+    while True:
+        value = predicate()
+        if value:
+            return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"no request reached the server within {timeout} s")
-        await asyncio.sleep(0.005)
+            raise AssertionError(f"condition not met within {timeout} s")
+        await asyncio.sleep(step)
 
 
 def forge(client: redis.Redis, name: str, *, key: bytes | str | None = None, **fields: str) -> None:
