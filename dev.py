@@ -460,10 +460,10 @@ def run_package(args: Sequence[str]) -> int:
         python = clean_venv(Path(tmp) / "sdist", str(sdist), *tested)
         shutil.rmtree(unpacked / "django_redis_lock")  # the tests import the installed one
         say(f"running the sdist's tests in {unpacked.name}, on the package installed from it")
-        path = os.pathsep.join([str(Path(redis_server).parent), os.environ.get("PATH", "")])
+        search_path = [str(Path(redis_server).parent), os.environ.get("PATH", "")]
         tests = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider"]
         tests += ["-n", TEST_WORKERS, "--dist", "loadfile"]
-        env = {**os.environ, "PATH": path}
+        env = {**os.environ, "PATH": os.pathsep.join(search_path)}
         if subprocess.run(
             tests, cwd=unpacked, env=env, stdin=subprocess.DEVNULL, check=False
         ).returncode:

@@ -15,14 +15,13 @@ from django.test import override_settings
 
 from django_redis_lock import LockUnavailable, lock
 from django_redis_lock.backends.lane import Lane
-from django_redis_lock.backends.single import LockBackend
-from django_redis_lock.runtime import runtime
 from testproject.settings import build_caches
 from tests.helpers import (
     builtin_cache_with,
     fork_child,
     fork_is_the_point,
     keys,
+    server_backend,
     wait_children,
 )
 
@@ -30,16 +29,14 @@ CYCLES = 50
 
 
 def _lane(alias: str | None = None) -> Lane | None:
-    backend = runtime().backend(alias)
-    assert isinstance(backend, LockBackend)
-    return backend.lane
+    return server_backend(alias).lane
 
 
 def _cycles(name: str, alias: str | None = None, count: int = CYCLES, reader: Any = None) -> None:
     """``count`` acquire/release cycles, each token checked against the one Redis stored (read
     by ``reader``, else through the cache's pool): a reply read by the wrong call shows as a
     token that is not the lock's."""
-    reader = reader or runtime().backend(alias).client
+    reader = reader or server_backend(alias).client
     for _ in range(count):
         held = lock(name, using=alias)
         assert held.acquire(blocking=False)

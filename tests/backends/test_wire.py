@@ -14,7 +14,7 @@ import redis
 from django_redis_lock.backends import errors, wire
 from django_redis_lock.runtime import listener as listener_module
 from django_redis_lock.runtime import runtime
-from tests.helpers import listen, queued_behind, wait_until
+from tests.helpers import listen, queued_behind, server_backend, wait_until
 
 HIREDIS = importlib.util.find_spec("hiredis") is not None
 # The read timeout the connection is made with, as the listener makes its own.
@@ -35,7 +35,7 @@ def reader(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> s
 @pytest.fixture
 def subscribed(reader: str) -> Iterator[tuple[Any, wire.Replies]]:
     """A connection made as the listener makes its own, subscribed to "wire", and its reader."""
-    connection = runtime().backend().own_connection(read_timeout=READ_SECONDS)
+    connection = server_backend().own_connection(read_timeout=READ_SECONDS)
     connection.connect()
     connection.send_command("SUBSCRIBE", "wire")
     replies = wire.replies_of(connection, READ_SECONDS)
