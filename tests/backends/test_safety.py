@@ -207,7 +207,7 @@ def test_each_member_of_a_quorum_is_looked_at(redis_factory: RedisServerGroup) -
         ids = [
             message.id
             for message in run_checks(tags=["caches"])
-            if message.id.startswith("django_redis")
+            if (message.id or "").startswith("django_redis")
         ]
         assert ids == ["django_redis_lock.W010"]
         with lock("quorum-wide"):

@@ -12,6 +12,7 @@ import pytest
 import redis
 
 from django_redis_lock import rwlock, semaphore
+from django_redis_lock.backends.base import text_of
 from tests.helpers import spawn_child, wait_children, wait_until
 
 pytestmark = pytest.mark.slow
@@ -34,7 +35,7 @@ def _most_at_once(sections: list[tuple[float, float]]) -> int:
 def _logged(client: redis.Redis, key: str) -> list[tuple[float, float]]:
     return [
         (float(start), float(end))
-        for start, end in (entry.decode().split() for entry in client.lrange(key, 0, -1))
+        for start, end in (text_of(entry).split() for entry in client.lrange(key, 0, -1))
     ]
 
 

@@ -20,6 +20,7 @@ import pytest
 import redis
 
 from django_redis_lock import Lock, lock, signals
+from django_redis_lock.backends.base import text_of
 from django_redis_lock.runtime import runtime
 from tests.helpers import (
     SYNC,
@@ -307,7 +308,7 @@ def test_a_newcomer_does_not_jump_the_queue_when_a_lease_runs_out(
     assert not newcomer.acquire(blocking=False)  # the lock went to the waiter queued first
     owner = redis_client.hget(queue_jump.lock, "o")
     assert owner is not None
-    assert f"pid {pid} " in owner.decode()
+    assert f"pid {pid} " in text_of(owner)
 
 
 @pytest.mark.slow
@@ -354,8 +355,12 @@ def test_a_handed_over_lock_gets_its_full_lease_before_the_hand_over_lease_ends(
         thread.join(5)
         assert waiter.fencing_token is not None
         assert (waiter.ttl() or 0) <= SHORT_HANDOVER
+
         # Lengthened at a third of the hand-over lease: well before it ends.
-        wait_until(lambda w=waiter: (w.ttl() or 0) > 55, timeout=SHORT_HANDOVER / 2)
+        def lengthened(held: Lock = waiter) -> bool:
+            return (held.ttl() or 0) > 55
+
+        wait_until(lengthened, timeout=SHORT_HANDOVER / 2)
         holder = waiter
 
 
