@@ -168,16 +168,8 @@ def _check_backend(alias: str, replicas: bool) -> list[CheckMessage]:
         return [_unreachable(alias, str(exc))]
     except Exception as exc:  # building the cache failed: say so instead of crashing checks
         return [Error(f"The cache {alias!r} cannot be used: {exc}", id="django_redis_lock.E010")]
-    warnings: list[CheckMessage] = []
-    if not backend.listable:
-        warnings.append(
-            Warning(
-                f"The KEY_FUNCTION of cache {alias!r} does not keep key text, so held locks "
-                "cannot be listed (manage.py locks, the admin).",
-                hint="Give locks a cache alias that uses the default KEY_FUNCTION.",
-                id="django_redis_lock.W002",
-            )
-        )
+    listing = rules.listing(alias, listable=backend.listable)
+    warnings = [] if listing.level == rules.OK else [_message(listing)]
     try:
         backend.check_async()
     except Exception as exc:  # ImproperlyConfigured, or a client this library does not know

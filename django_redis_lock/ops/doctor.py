@@ -242,15 +242,9 @@ def _finding(verdict: rules.Verdict, check: str, subject: str) -> Finding:
 
 
 def _alias(backend: Backend) -> Iterator[Finding]:
-    subject = f"cache {backend.alias!r}"
-    if not backend.listable:
-        yield Finding(
-            WARNING,
-            "listing",
-            subject,
-            "the cache's KEY_FUNCTION hides key text: held locks cannot be listed",
-            "give locks a cache alias with the default KEY_FUNCTION",
-        )
+    listing = rules.listing(backend.alias, listable=backend.listable)
+    if listing.level != OK:  # said only when it is not: the other items say more
+        yield _finding(listing, "listing", f"cache {backend.alias!r}")
     yield from _socket_timeouts(backend)
 
 

@@ -83,6 +83,19 @@ def replicas(alias: str, needed: int, connected: int | None, *, sentinel: bool) 
     )
 
 
+def listing(alias: str, *, listable: bool) -> Verdict:
+    """W002: the KEY_FUNCTION of cache ``alias`` hides key text, so no lock can be listed."""
+    if listable:
+        return Verdict(OK, "", "held locks can be listed")
+    return Verdict(
+        WARNING,
+        "django_redis_lock.W002",
+        f"The KEY_FUNCTION of cache {alias!r} does not keep key text, so held locks cannot be "
+        "listed (manage.py locks, the admin).",
+        "Give locks a cache alias that uses the default KEY_FUNCTION.",
+    )
+
+
 def no_socket_timeout(alias: str) -> Verdict:
     """W003: cache ``alias`` sets no socket timeout."""
     return Verdict(
