@@ -41,6 +41,12 @@ T = TypeVar("T")
 CALL_SECONDS = 30.0
 
 
+#: The socket timeout of a test's own Redis clients: above every BLPOP timeout the tests use
+#: (redis-py 8 gives a client a 5 s socket timeout by default, which a BLPOP of 30 s outlives:
+#: spawned processes may take that long to start on a loaded machine).
+PATIENT_SECONDS = 120.0
+
+
 def wait_until(predicate: Callable[[], Any], timeout: float = 5.0, step: float = 0.005) -> Any:
     """The first truthy value of ``predicate()``, checked until ``timeout`` seconds pass.
 

@@ -164,6 +164,27 @@ def test_waiter_of_a_crashed_holder_wakes_when_the_lease_ends(driver: SyncDriver
     driver.release(waiter)
 
 
+def test_the_next_waiter_is_told_the_lease_of_a_first_waiter_that_took_over_an_ended_one(
+    redis_client: redis.Redis,
+) -> None:
+    """Two holders in a row die (leases of 0.5 s): the third waiter takes over at the end of
+    the second lease, not a slice of the hand-over lease (4 s) later. The second took the
+    lock by its own look when the first lease ended, not from a release: it tells the next."""
+    crashed = lock("orphans", timeout=0.5, auto_renew=False)
+    assert crashed.acquire()  # never released: like a holder that died
+    second = lock("orphans", timeout=0.5, auto_renew=False)  # it dies too, once it holds
+    third = lock("orphans", timeout=0.5, auto_renew=False)
+    got_second = start(lambda: second.acquire(blocking_timeout=10))
+    wait_until(lambda: redis_client.zcard(keys("orphans").queue) == 1)
+    got_third = start(lambda: third.acquire(blocking_timeout=10))
+    wait_until(lambda: redis_client.zcard(keys("orphans").queue) == 2)
+    assert got_second.result(5) is True  # at the end of the first lease
+    taken = time.monotonic()
+    assert got_third.result(5) is True
+    assert time.monotonic() - taken < 1.5  # the second lease, not a 4 s slice
+    third.release()
+
+
 def test_a_greedy_holder_cannot_starve_a_waiter(busy_events: threading.Semaphore) -> None:
     cycles = 0
     stop = threading.Event()
