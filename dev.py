@@ -19,8 +19,10 @@ redis-server, a binary that does not use Python.
                  run it with the oldest Python to test (python3.10 dev.py test-oldest)
     test-django  `test-django X.Y [pytest args...]`: the same in .venv-django-X.Y, with the
                  newest Django X.Y and the newest versions of the rest
-    lint         ruff check, ruff format --check, mypy and a README.rst render check; exits
-                 non-zero if any of them fails
+    lint         ruff check, ruff format --check, mypy and render checks of README.rst and the
+                 generated docs pages; exits non-zero if any of them fails. `lint NAME...`
+                 runs only the checks named (ruff-check, ruff-format, mypy, readme,
+                 benchmarks-page, faults-page): the hooks of .pre-commit-config.yaml
     docs         build the documentation site (Sphinx) into docs/_build/html, warnings as
                  errors
     package      build the sdist and the wheel into dist/, check them (twine check), install
@@ -460,10 +462,10 @@ def run_package(args: Sequence[str]) -> int:
         python = clean_venv(Path(tmp) / "sdist", str(sdist), *tested)
         shutil.rmtree(unpacked / "django_redis_lock")  # the tests import the installed one
         say(f"running the sdist's tests in {unpacked.name}, on the package installed from it")
-        path = os.pathsep.join([str(Path(redis_server).parent), os.environ.get("PATH", "")])
+        search_path = [str(Path(redis_server).parent), os.environ.get("PATH", "")]
         tests = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider"]
         tests += ["-n", TEST_WORKERS, "--dist", "loadfile"]
-        env = {**os.environ, "PATH": path}
+        env = {**os.environ, "PATH": os.pathsep.join(search_path)}
         if subprocess.run(
             tests, cwd=unpacked, env=env, stdin=subprocess.DEVNULL, check=False
         ).returncode:
@@ -509,23 +511,29 @@ def run_faults(args: Sequence[str]) -> int:
     return subprocess.run([sys.executable, script, *args], check=False).returncode
 
 
+# The checks of `lint`, each run as `python -m CHECK`, by the name a pre-commit hook runs it by
+# (.pre-commit-config.yaml: `python3 dev.py lint NAME`, so that a hook runs in this virtualenv).
+LINT_CHECKS = {
+    "ruff-check": ("ruff", "check", "."),
+    "ruff-format": ("ruff", "format", "--check", "."),
+    "mypy": ("mypy",),
+    "readme": ("docutils", "--halt=warning", "README.rst", os.devnull),  # renders on PyPI
+    "benchmarks-page": ("docutils", "--halt=warning", "docs/benchmarks.rst", os.devnull),
+    "faults-page": ("docutils", "--halt=warning", "docs/faults.rst", os.devnull),
+}
+
+
 def run_lint(args: Sequence[str]) -> int:
-    """ruff check, ruff format --check, mypy, README.rst through docutils; 1 if any failed."""
-    if args:
-        fail(f"lint takes no arguments (got {' '.join(args)})", 2)
-    checks = [
-        ["ruff", "check", "."],
-        ["ruff", "format", "--check", "."],
-        ["mypy"],
-        ["docutils", "--halt=warning", "README.rst", os.devnull],  # renders on PyPI
-        ["docutils", "--halt=warning", "docs/benchmarks.rst", os.devnull],
-        ["docutils", "--halt=warning", "docs/faults.rst", os.devnull],
-    ]
+    """The checks named in ARGS (all of LINT_CHECKS without); 1 if any failed."""
+    unknown = [name for name in args if name not in LINT_CHECKS]
+    if unknown:
+        fail(f"lint runs checks named {', '.join(LINT_CHECKS)} (got {' '.join(unknown)})", 2)
     failed = []
-    for check in checks:
+    for name in args or LINT_CHECKS:
+        check = LINT_CHECKS[name]
         say(f"running: {' '.join(check)}")
         if subprocess.run([sys.executable, "-m", *check], cwd=ROOT, check=False).returncode:
-            failed.append(" ".join(check[:2]) if check[0] == "ruff" else check[0])
+            failed.append(name)
     if failed:
         say(f"lint failed: {', '.join(failed)}")
         return 1

@@ -17,7 +17,7 @@ import redis
 from django.test.utils import override_settings
 
 from testproject.redis_server import RedisServer, RedisServerGroup, find_redis_server
-from tests.helpers import SYNC, SyncDriver, async_driver
+from tests.helpers import PATIENT_SECONDS, SYNC, SyncDriver, async_driver
 
 # Set to the URL of the server a pytest run started: a pytest run inside this one (pytester,
 # xdist workers) starts its own server instead of flushing ours.
@@ -112,8 +112,9 @@ def redis_server(pytestconfig: pytest.Config) -> RedisServer:
 
 @pytest.fixture
 def redis_client(redis_url: str) -> Iterator[redis.Redis]:
-    """A plain redis-py client on the session's Redis."""
-    client = redis.Redis.from_url(redis_url)
+    """A plain redis-py client on the session's Redis, whose reads wait as long as the tests'
+    own BLPOP timeouts (redis-py 8 gives clients a 5 s socket timeout by default)."""
+    client = redis.Redis.from_url(redis_url, socket_timeout=PATIENT_SECONDS)
     yield client
     client.close()
 

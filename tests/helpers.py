@@ -27,9 +27,11 @@ from django.core.management import CommandError, call_command
 from django.dispatch import Signal
 from django.test import Client
 from django.test.utils import override_settings
+from redis.typing import EncodableT
 
 from django_redis_lock import Lock, lock
-from django_redis_lock.backends.base import LockKeys
+from django_redis_lock.backends.base import LockKeys, text_of
+from django_redis_lock.backends.single import LockBackend
 from django_redis_lock.runtime import runtime
 from django_redis_lock.stats import bucket_of
 from testproject.settings import build_caches
@@ -37,6 +39,12 @@ from testproject.settings import build_caches
 T = TypeVar("T")
 # The longest one call through a driver may take before the test fails.
 CALL_SECONDS = 30.0
+
+
+#: The socket timeout of a test's own Redis clients: above every BLPOP timeout the tests use
+#: (redis-py 8 gives a client a 5 s socket timeout by default, which a BLPOP of 30 s outlives:
+#: spawned processes may take that long to start on a loaded machine).
+PATIENT_SECONDS = 120.0
 
 
 def wait_until(predicate: Callable[[], Any], timeout: float = 5.0, step: float = 0.005) -> Any:
@@ -189,17 +197,26 @@ def wait_for_unread_request(port: int, timeout: float = 5.0) -> None:
 async def until_redis_has_unread_request(port: int, timeout: float = 5.0) -> None:
     """Return once a request sits unread in a paused server's socket (it will run it on
     resume): the way to know that a call was sent, when no reply can come."""
+    await until(lambda: _unread_request_bytes(port), timeout=timeout)
+
+
+async def until(predicate: Callable[[], Any], timeout: float = 5.0, step: float = 0.005) -> Any:
+    """:func:`wait_until` on an event loop: the loop's other tasks run between the looks."""
     deadline = time.monotonic() + timeout
-    while not _unread_request_bytes(port):
+    while True:
+        value = predicate()
+        if value:
+            return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"no request reached the server within {timeout} s")
-        await asyncio.sleep(0.005)
+            raise AssertionError(f"condition not met within {timeout} s")
+        await asyncio.sleep(step)
 
 
 def forge(client: redis.Redis, name: str, *, key: bytes | str | None = None, **fields: str) -> None:
     """Write a held lock's hash by hand, as anyone who can write to Redis could."""
     key = key or runtime().backend().keys_for(name).lock
-    client.hset(key, mapping={"s": "forged", "t": "1", "o": "someone", "a": "1", **fields})
+    forged: dict[EncodableT, EncodableT] = {"s": "forged", "t": "1", "o": "someone", "a": "1"}
+    client.hset(key, mapping=forged | dict(fields))
     client.pexpire(key, 60_000)
 
 
@@ -221,6 +238,20 @@ def held_past_first_lease(name: str) -> Lock:
     wait_until(lambda: time.monotonic() - started > 0.9)  # past the first lease
     assert held.owned()
     return held
+
+
+def server_backend(alias: str | None = None) -> LockBackend:
+    """The backend of cache ``alias`` (one server, a Sentinel primary or a cluster), whose
+    client the tests read Redis with."""
+    backend = runtime().backend(alias)
+    assert isinstance(backend, LockBackend)
+    return backend
+
+
+def token_of(held: Lock) -> int:
+    """The fencing token of a lock that has been held: set by its first acquire."""
+    assert held.fencing_token is not None
+    return held.fencing_token
 
 
 def keys(name: str, using: str | None = None) -> LockKeys:
@@ -571,7 +602,7 @@ def gate_started(client: redis.Redis, gate: str) -> str:
     started within TASK_SECONDS."""
     found = client.blpop([f"{gate}:started"], timeout=TASK_SECONDS)
     assert found is not None, f"{gate}: the task did not start"
-    return str(found[1].decode())
+    return text_of(found[1])
 
 
 def stop_process(process: subprocess.Popen[bytes]) -> None:

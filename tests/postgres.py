@@ -56,14 +56,14 @@ def missing() -> str | None:
     return None
 
 
-def _runs_as() -> dict[str, int]:
-    """subprocess's ``user``/``group`` for the server: another user than root."""
+def _runs_as() -> tuple[int, int] | None:
+    """The user and group ids the server runs as: another user than root (None: ours)."""
     if os.geteuid() != 0:
-        return {}
+        return None
     for name in ("postgres", "nobody"):
         with contextlib.suppress(KeyError):
             entry = pwd.getpwnam(name)
-            return {"user": entry.pw_uid, "group": entry.pw_gid}
+            return entry.pw_uid, entry.pw_gid
     raise RuntimeError("running as root, and neither a postgres nor a nobody user exists")
 
 
@@ -76,13 +76,14 @@ def postgres_server() -> Iterator[dict[str, object]]:
     with tempfile.TemporaryDirectory(prefix="redis-lock-pg-") as root:
         data, sockets = Path(root, "data"), Path(root, "sockets")
         sockets.mkdir()
-        if as_user:
-            os.chown(root, as_user["user"], as_user["group"])
-            os.chown(sockets, as_user["user"], as_user["group"])
+        if as_user is not None:
+            os.chown(root, *as_user)
+            os.chown(sockets, *as_user)
+        user, group = as_user or (None, None)
         subprocess.run(
             [folder / "initdb", "-D", data, "-U", "postgres", "-A", "trust", "-E", "UTF8",
              "--no-sync", "--locale=C"],
-            check=True, capture_output=True, timeout=START_SECONDS, **as_user,
+            check=True, capture_output=True, timeout=START_SECONDS, user=user, group=group,
         )  # fmt: skip
         port = free_port()
         log = open(Path(root, "server.log"), "wb")  # noqa: SIM115  (closed below)
@@ -90,7 +91,7 @@ def postgres_server() -> Iterator[dict[str, object]]:
             [folder / "postgres", "-D", data, "-p", str(port), "-k", sockets,
              "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off",
              "-c", "synchronous_commit=off", "-c", "full_page_writes=off"],
-            stdout=log, stderr=subprocess.STDOUT, **as_user,
+            stdout=log, stderr=subprocess.STDOUT, user=user, group=group,
         )  # fmt: skip
         try:
             _wait_ready(server, port, Path(root, "server.log"))

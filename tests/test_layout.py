@@ -182,3 +182,17 @@ def test_no_block_of_code_is_written_twice() -> None:
         if len(distinct) > 1:
             repeated.append(", ".join(f"{module}:{line}" for module, line in distinct))
     assert repeated == []
+
+
+def test_the_core_knows_backends_by_their_protocol_only() -> None:
+    """The lock core asks a backend what it can do (``backends.base``), never which topology
+    it is: no module of core/ imports a topology's module (issue 37)."""
+    topologies = {"single", "cluster", "quorum", "quorum_replies"}
+    reaches = [
+        f"{module} imports {target}"
+        for module, targets in graph().items()
+        if module.startswith(f"{NAME}.core.")
+        for target in sorted(targets)
+        if target.rpartition(".")[2] in topologies and ".backends." in target
+    ]
+    assert reaches == []

@@ -12,7 +12,7 @@ import hashlib
 import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from django_redis_lock.backends import errors
 from django_redis_lock.backends.clients import Client
@@ -111,6 +111,15 @@ class EncodedKeys:
         return found
 
 
+class Late(NamedTuple):
+    """What an acquire's ``run`` of a backend may answer besides a fencing token or a busy
+    reply: the lock was granted too late to trust (a quorum's majority answered after the
+    lease ran out, and the grants were given back). The acquire tries again while it may
+    wait, else raises LateGrant(message)."""
+
+    message: str
+
+
 class Backend(Protocol):
     """What the lock core, the runtime, the watchdog and the system checks rely on of a
     backend, whatever its topology."""
@@ -150,7 +159,7 @@ class Backend(Protocol):
         ...
 
     def run(self, script: ScriptName, keys: Sequence[str | bytes], args: Sequence[Any]) -> Any:
-        """Run one of the lock's scripts; its reply."""
+        """Run one of the lock's scripts; its reply (an acquire's may be a :class:`Late`)."""
         ...
 
     async def arun(

@@ -15,7 +15,7 @@ from collections.abc import Callable, Generator, Sequence
 from typing import Any, NamedTuple
 
 from django_redis_lock import scripts
-from django_redis_lock.backends.base import Backend
+from django_redis_lock.backends.base import Backend, Late
 from django_redis_lock.backends.single import LockBackend
 from django_redis_lock.conf import lock_settings
 from django_redis_lock.exceptions import LockUnavailable
@@ -63,13 +63,6 @@ class Fan(NamedTuple):
     args: Sequence[Any]
     per_member: bool = False
     only: Sequence[int] | None = None
-
-
-class Late(NamedTuple):
-    """An attempt's answer when a majority granted the lock too late to trust (then gave it
-    back): the acquire tries again while it may wait, else raises LateGrant(message)."""
-
-    message: str
 
 
 #: A quorum operation: yields Fans, receives their replies, returns the combined reply.

@@ -41,7 +41,7 @@ from django_redis_lock.backends.clients import (
     hang_up,
     is_sentinel_pool,
 )
-from django_redis_lock.backends.lane import lane_for
+from django_redis_lock.backends.lane import Lane, lane_for
 from django_redis_lock.conf import lock_settings
 from django_redis_lock.exceptions import LockNotReplicated
 from django_redis_lock.scripts import ScriptName
@@ -110,6 +110,12 @@ class LockBackend:
             return None
         before, after = key.split(_NAME_MARK)
         return before[:-_TAG_FRAME], after
+
+    @property
+    def lane(self) -> Lane | None:
+        """The connections beside the pool that the scripts go on; None when every call stays
+        in the pool (``backends/lane.py`` says when)."""
+        return self._lane
 
     @property
     def listable(self) -> bool:

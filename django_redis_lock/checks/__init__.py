@@ -55,7 +55,8 @@ CHECKS: dict[str, str] = {
     "W003": "The lock cache sets no socket timeout.",
     "W004": "Async locks cannot use the lock cache's connection options.",
     "W005": "WAIT_REPLICAS asks for more replicas than the primary has connected.",
-    "W006": "A Sentinel lock cache without WAIT_REPLICAS.",
+    "W006": "WAIT_REPLICAS is 0 where a failover can promote a replica: a Sentinel lock "
+    "cache, or a primary with connected replicas.",
     "W007": "A cluster lock cache sets no socket timeout (in BASE_CLIENT_KWARGS or its URL).",
     "W008": "A server of the lock cache could not be reached at startup: the checks that need "
     "it were skipped.",

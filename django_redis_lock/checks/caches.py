@@ -16,13 +16,13 @@ from django_redis_lock.backends.base import Backend
 from django_redis_lock.backends.clients import SHARDING_CLIENTS, SUPPORTED_CACHES, subclass_of
 from django_redis_lock.backends.servers import (
     EVICTION_HINT,
-    WAIT_MARGIN,
     ServerFacts,
     eviction_warning,
     probe,
     socket_timeout,
 )
 from django_redis_lock.exceptions import LockUnavailable
+from django_redis_lock.ops import rules
 from django_redis_lock.validation import (
     validate_using,
 )
@@ -145,19 +145,18 @@ def _check_cluster_timeout(alias: str, config: dict[str, Any]) -> list[CheckMess
 
 
 def _check_socket_timeout(alias: str, config: dict[str, Any]) -> list[CheckMessage]:
+    """W003 from the settings (the doctor reads the connections' own): one chosen, not a
+    client's default."""
     options = config.get("OPTIONS", {})
     if options.get("SOCKET_TIMEOUT") or options.get("socket_timeout"):
         return []
-    return [
-        Warning(
-            f"The cache {alias!r} sets no socket timeout: with redis-py before 8 (or "
-            "socket_timeout=None) a Redis that stops answering makes lock calls, and the "
-            "watchdog renewing held locks, wait forever; redis-py 8 gives up after 5 s.",
-            hint='Set OPTIONS "SOCKET_TIMEOUT" (django-redis, django-valkey) or "socket_timeout" '
-            "(Django's RedisCache) to what your locks can afford, for example 1 to 5 seconds.",
-            id="django_redis_lock.W003",
-        )
-    ]
+    return [_message(rules.no_socket_timeout(alias))]
+
+
+def _message(verdict: rules.Verdict) -> CheckMessage:
+    """A rule's verdict as a system check message: a Warning whatever its level (at startup a
+    server may not be set up yet; the doctor says how bad it is now)."""
+    return Warning(verdict.message, hint=verdict.fix or None, id=verdict.id)
 
 
 def _check_backend(alias: str, replicas: bool) -> list[CheckMessage]:
@@ -169,16 +168,8 @@ def _check_backend(alias: str, replicas: bool) -> list[CheckMessage]:
         return [_unreachable(alias, str(exc))]
     except Exception as exc:  # building the cache failed: say so instead of crashing checks
         return [Error(f"The cache {alias!r} cannot be used: {exc}", id="django_redis_lock.E010")]
-    warnings: list[CheckMessage] = []
-    if not backend.listable:
-        warnings.append(
-            Warning(
-                f"The KEY_FUNCTION of cache {alias!r} does not keep key text, so held locks "
-                "cannot be listed (manage.py locks, the admin).",
-                hint="Give locks a cache alias that uses the default KEY_FUNCTION.",
-                id="django_redis_lock.W002",
-            )
-        )
+    listing = rules.listing(alias, listable=backend.listable)
+    warnings = [] if listing.level == rules.OK else [_message(listing)]
     try:
         backend.check_async()
     except Exception as exc:  # ImproperlyConfigured, or a client this library does not know
@@ -222,70 +213,16 @@ def _unreachable(alias: str, error: str, address: str = "") -> CheckMessage:
 
 
 def _check_replicas(backend: Backend, primary: ServerFacts | None) -> list[CheckMessage]:
-    """W006: Sentinel without WAIT_REPLICAS; with it, W005: more than the primary has connected
-    (every acquire fails), W011: fewer (a partition can leave that many with the old primary,
-    which then goes on granting); W012: a socket timeout that WAIT_TIMEOUT leaves no margin."""
-    if not backend.wait_replicas:
-        if not backend.sentinel:
-            return []
-        return [
-            Warning(
-                f"The cache {backend.alias!r} uses Sentinel, and REDIS_LOCK['WAIT_REPLICAS'] "
-                "is 0: a grant the primary has not passed on to a replica is lost by a "
-                "failover, and two clients may then hold the same lock.",
-                hint="Set REDIS_LOCK['WAIT_REPLICAS'] to the number of replicas (see "
-                "Partitions in the README).",
-                id="django_redis_lock.W006",
-            )
-        ]
-    messages = _check_wait_timeout(backend)
-    replicas = None if primary is None else primary.connected_replicas
+    """The replica rules (``ops/rules.py``: W005, W006, W011) for the primary's connected
+    replicas as probed (unknown when it did not answer), and W012 with WAIT_REPLICAS."""
     needed = backend.wait_replicas
-    if replicas is not None and replicas < needed:
-        messages.append(
-            Warning(
-                f"REDIS_LOCK['WAIT_REPLICAS'] is {needed}, but the primary of cache "
-                f"{backend.alias!r} has {replicas} connected replica(s): every acquire will fail "
-                "with LockNotReplicated until enough replicas are connected.",
-                id="django_redis_lock.W005",
-            )
-        )
-    elif replicas is not None and replicas > needed:
-        messages.append(
-            Warning(
-                f"REDIS_LOCK['WAIT_REPLICAS'] is {needed}, and the primary of cache "
-                f"{backend.alias!r} has {replicas} connected replicas: a network partition that "
-                f"leaves {needed} of them on the primary's side lets it go on granting locks "
-                "that the replica Sentinel promotes on the other side grants again (two "
-                "holders).",
-                hint=f"Set REDIS_LOCK['WAIT_REPLICAS'] to {replicas}, the number of replicas: "
-                "then no partition lets two primaries grant, at the price of no grants while "
-                "a replica is down (see Partitions in the README).",
-                id="django_redis_lock.W011",
-            )
-        )
-    return messages
-
-
-def _check_wait_timeout(backend: Backend) -> list[CheckMessage]:
-    """W012: with WAIT_REPLICAS, a socket timeout that does not outlast WAIT_TIMEOUT by
-    WAIT_MARGIN: a WAIT that takes its time (a failover, a slow replica) times out the call."""
-    wait = backend.wait_timeout_ms / 1000
-    timeouts = {socket_timeout(pool) for _, pool in backend.servers()}
-    short = [t for t in timeouts if t is not None and t < wait + WAIT_MARGIN]
-    if not short:
-        return []
-    return [
-        Warning(
-            f"The cache {backend.alias!r} has a socket timeout of {min(short):g} s, and "
-            f"REDIS_LOCK['WAIT_TIMEOUT'] is {wait:g} s: a grant whose replicas take that long "
-            "to acknowledge (a failover, a slow replica) times out the call, which then fails "
-            "with LockUnavailable instead of being acknowledged.",
-            hint=f"Set the socket timeout to at least {wait + WAIT_MARGIN:g} s (WAIT_TIMEOUT "
-            f"plus {WAIT_MARGIN:g} s), or lower WAIT_TIMEOUT.",
-            id="django_redis_lock.W012",
-        )
+    connected = None if primary is None else primary.connected_replicas
+    timeouts = {socket_timeout(pool) for _, pool in backend.servers()} if needed else set()
+    said = [
+        rules.wait_timeout(backend.alias, timeouts, needed, backend.wait_timeout_ms),
+        rules.replicas(backend.alias, needed, connected, sentinel=backend.sentinel),
     ]
+    return [_message(verdict) for verdict in said if verdict and verdict.level != rules.OK]
 
 
 def _import(path: str) -> Any:

@@ -14,8 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from django_redis_lock.backends.base import Backend, LockKeys
-from django_redis_lock.backends.quorum_replies import Late
+from django_redis_lock.backends.base import Backend, Late, LockKeys
 from django_redis_lock.conf import lock_settings
 from django_redis_lock.core.steps import Call, Flow, Listen, Wait
 from django_redis_lock.exceptions import LateGrant

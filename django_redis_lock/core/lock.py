@@ -19,14 +19,18 @@ from collections.abc import Callable, Sequence
 
 from django_redis_lock import metrics
 from django_redis_lock.conf import lock_settings
+from django_redis_lock.core.attempts import Acquired
 from django_redis_lock.core.drivers import adrive, drive
 from django_redis_lock.core.flows import LockFlows
+from django_redis_lock.core.steps import Call, Flow
 from django_redis_lock.exceptions import LockBusy, LockError
 from django_redis_lock.runtime import runtime
 from django_redis_lock.runtime.watchdog import Hold
+from django_redis_lock.scripts import decode_read
 from django_redis_lock.stats import LockStats
 from django_redis_lock.validation import (
     refuse_contradiction,
+    seconds_to_ms,
     validate_blocking_timeout,
     validate_flag,
     validate_label,
@@ -227,6 +231,69 @@ class Lock(LockFlows):
     async def attl(self) -> float | None:
         """:meth:`ttl` for async code."""
         return await adrive(self._backend, self._ttl(), self.name)
+
+    def take_over(
+        self,
+        label: str,
+        accept: Callable[[str], bool] | None = None,
+        lease: float | None = None,
+    ) -> tuple[str | None, bool]:
+        """Give a hold of this lock's name this thread as owner, ``label`` and a lease of
+        ``lease`` seconds (None: the lock's timeout), this object holding it after: the hold
+        this object has; or, holding none, whichever hold the name has (another Lock
+        object's, another process's: a unique task's key passes so from its enqueue to its
+        worker) if ``accept(its label)`` (None: any). The hold keeps its fencing token; its
+        secret never leaves the lock.
+
+        Returns the label the hold had (None: nobody holds the name, or this object's hold was
+        lost: marked so) and whether this object holds it now.
+        """
+        flow = self._taking_over(runtime().thread_owner(), label, accept, lease)
+        return drive(self._backend, flow, self.name)
+
+    async def atake_over(
+        self,
+        label: str,
+        accept: Callable[[str], bool] | None = None,
+        lease: float | None = None,
+    ) -> tuple[str | None, bool]:
+        """:meth:`take_over` for async code (this task as owner)."""
+        flow = self._taking_over(runtime().task_owner(), label, accept, lease)
+        return await adrive(self._backend, flow, self.name)
+
+    def _taking_over(
+        self,
+        owner: str,
+        label: str,
+        accept: Callable[[str], bool] | None,
+        lease: float | None,
+    ) -> Flow[tuple[str | None, bool]]:
+        """:meth:`take_over`'s flow, written once for both drivers."""
+        ms = self._timeout_ms if lease is None else seconds_to_ms(lease, "lease")
+        extend, keys = self._keys.script("extend"), (self._keys.lock, self._keys.stats)
+        if self._holding():
+            args = [self._secret, ms, "replace", "", owner, label]
+            if not (yield Call(extend, keys, args, acked=True)):
+                self._lose()
+                return None, False
+            found, self.label = self.label, label
+            return found, True
+        read = Call(self._keys.script("read"), (self._keys.lock,), ("",))
+        values = decode_read((yield read))  # anything read may be garbage: checked below
+        secret, token, found = values[0], values[1], values[3]
+        if not secret or not isinstance(secret, str):
+            return None, False
+        found = found if isinstance(found, str) else ""
+        if accept is not None and not accept(found):
+            return found, False
+        if not (yield Call(extend, keys, [secret, ms, "replace", "", owner, label], acked=True)):
+            return found, False  # that hold ended meanwhile
+        try:
+            number = int(token)
+        except (TypeError, ValueError):
+            number = 0  # a token someone else wrote: the hold is taken over all the same
+        self.label = label
+        return found, self._took(secret, Acquired(number, handed_over=False))
 
     # -- context managers ----------------------------------------------------------------------
 

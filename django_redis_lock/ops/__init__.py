@@ -9,15 +9,17 @@ from django_redis_lock.backends.quorum import QuorumBackend
 from django_redis_lock.backends.single import LockBackend
 from django_redis_lock.ops.manager import LockManager
 from django_redis_lock.ops.quorum_manager import QuorumLockManager
+from django_redis_lock.ops.server_manager import ServerLockManager
 from django_redis_lock.runtime import runtime
 from django_redis_lock.validation import validate_using
 
 
 def get_lock_manager(using: str | Sequence[str] | None = None) -> LockManager:
-    """The LockManager of cache alias ``using`` (None: the REDIS_LOCK CACHE setting); of a list
-    of aliases, the manager of their quorum's locks."""
+    """The LockManager of cache alias ``using`` (None: the REDIS_LOCK CACHE setting): a
+    :class:`ServerLockManager`; of a list of aliases, their quorum's: a
+    :class:`QuorumLockManager`."""
     backend = runtime().backend(validate_using(using))
     if isinstance(backend, QuorumBackend):
         return QuorumLockManager(backend)
     assert isinstance(backend, LockBackend)
-    return LockManager(backend)
+    return ServerLockManager(backend)

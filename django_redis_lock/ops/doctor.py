@@ -19,16 +19,18 @@ from django_redis_lock.backends.servers import (
     EVICTION_HINT,
     OLDEST_TESTED,
     SAFE_POLICY,
-    WAIT_MARGIN,
     ServerFacts,
     eviction_warning,
     probe,
     socket_timeout,
 )
+from django_redis_lock.ops import rules
+from django_redis_lock.ops.rules import ERROR as ERROR  # the levels, for the command too
+from django_redis_lock.ops.rules import OK as OK
+from django_redis_lock.ops.rules import WARNING as WARNING
 from django_redis_lock.runtime import runtime
 from django_redis_lock.validation import validate_using
 
-OK, WARNING, ERROR = "ok", "warning", "error"
 #: The CONFIG parameters read besides INFO, where the server allows CONFIG.
 CONFIG = ("appendfsync", "cluster-require-full-coverage")
 
@@ -228,90 +230,32 @@ def _coverage(facts: ServerFacts) -> Finding:
 
 def _replicas(backend: Backend, primary: ServerFacts) -> Iterator[Finding]:
     connected = primary.connected_replicas or 0
-    needed = backend.wait_replicas
-    subject = primary.name
-    if needed > connected:
-        yield Finding(
-            ERROR,
-            "replicas",
-            subject,
-            f"WAIT_REPLICAS is {needed} but {connected} replica(s) are connected: every acquire "
-            "fails with LockNotReplicated",
-            f"connect {needed - connected} more replica(s), or lower WAIT_REPLICAS",
-        )
-    elif needed == 0 and (backend.sentinel or connected):
-        yield Finding(
-            WARNING,
-            "replicas",
-            subject,
-            f"WAIT_REPLICAS is 0 with {connected} replica(s): a failover promotes a replica that "
-            "may lack the latest grants, and two clients can then hold one lock",
-            f"set REDIS_LOCK['WAIT_REPLICAS'] to {connected or 1}",
-        )
-    elif needed < connected:
-        yield Finding(
-            WARNING,
-            "replicas",
-            subject,
-            f"WAIT_REPLICAS is {needed} with {connected} replicas: a partition that leaves "
-            f"{needed} of them with this primary lets it go on granting locks that the replica "
-            "promoted on the other side grants again",
-            f"set REDIS_LOCK['WAIT_REPLICAS'] to {connected} (then no grant while a replica is "
-            "down)",
-        )
-    elif needed:
-        yield Finding(
-            OK,
-            "replicas",
-            subject,
-            f"every one of the {connected} replicas acknowledges each grant: no partition lets "
-            "two primaries grant one lock",
-        )
-    else:
-        yield Finding(OK, "replicas", subject, "no replicas, and no WAIT_REPLICAS")
+    verdict = rules.replicas(
+        backend.alias, backend.wait_replicas, connected, sentinel=backend.sentinel
+    )
+    if verdict is not None:  # always, with the replicas counted
+        yield _finding(verdict, "replicas", primary.name)
+
+
+def _finding(verdict: rules.Verdict, check: str, subject: str) -> Finding:
+    return Finding(verdict.level, check, subject, verdict.message, verdict.fix)
 
 
 def _alias(backend: Backend) -> Iterator[Finding]:
-    subject = f"cache {backend.alias!r}"
-    if not backend.listable:
-        yield Finding(
-            WARNING,
-            "listing",
-            subject,
-            "the cache's KEY_FUNCTION hides key text: held locks cannot be listed",
-            "give locks a cache alias with the default KEY_FUNCTION",
-        )
+    listing = rules.listing(backend.alias, listable=backend.listable)
+    if listing.level != OK:  # said only when it is not: the other items say more
+        yield _finding(listing, "listing", f"cache {backend.alias!r}")
     yield from _socket_timeouts(backend)
 
 
 def _socket_timeouts(backend: Backend) -> Iterator[Finding]:
     members = getattr(backend, "members", None) or (backend,)
     for member in members:
-        subject = f"cache {member.alias!r}"
-        timeouts = {socket_timeout(pool) for _, pool in _pools(member)}
-        if None in timeouts or not timeouts:
-            yield Finding(
-                WARNING,
-                "socket-timeout",
-                subject,
-                "no socket timeout: a server that stops answering makes lock calls and renewals "
-                "wait (forever before redis-py 8)",
-                "set the cache's socket timeout to what your locks can afford (1 to 5 s)",
-            )
-            continue
-        shortest = min(t for t in timeouts if t is not None)
-        wait = member.wait_timeout_ms / 1000
-        if member.wait_replicas and shortest < wait + WAIT_MARGIN:
-            yield Finding(
-                WARNING,
-                "socket-timeout",
-                subject,
-                f"socket timeout {shortest:g} s, WAIT_TIMEOUT {wait:g} s: a grant whose replicas "
-                "take their time fails with LockUnavailable",
-                f"set the socket timeout to at least {wait + WAIT_MARGIN:g} s",
-            )
-        else:
-            yield Finding(OK, "socket-timeout", subject, f"socket timeout {shortest:g} s")
+        timeouts = [socket_timeout(pool) for _, pool in _pools(member)]
+        verdict = rules.socket_timeouts(
+            member.alias, timeouts, member.wait_replicas, member.wait_timeout_ms
+        )
+        yield _finding(verdict, "socket-timeout", f"cache {member.alias!r}")
 
 
 def _pools(backend: Backend) -> list[tuple[str, Any]]:

@@ -10,16 +10,11 @@ from django_redis_lock.backends.quorum import QuorumBackend
 from django_redis_lock.backends.quorum_replies import Fan, merge_hold
 from django_redis_lock.conf import lock_settings
 from django_redis_lock.core.drivers import redis_errors
-from django_redis_lock.core.lock import Lock
 from django_redis_lock.exceptions import LockUnavailable
 from django_redis_lock.ops.manager import (
     BATCH_SIZE,
-    Failures,
-    HoldList,
     InfoList,
     LockManager,
-    NameList,
-    Records,
     ReleasedList,
     StatsList,
 )
@@ -32,8 +27,8 @@ from django_redis_lock.ops.records import (
     warn_skipped,
     warn_unanswered,
 )
+from django_redis_lock.ops.server_manager import ServerLockManager
 from django_redis_lock.stats import LockStats, backed_by_majority
-from django_redis_lock.stats import parse as parse_stats
 from django_redis_lock.validation import (
     MAX_NAME_LENGTH,
     shorten,
@@ -46,6 +41,11 @@ from django_redis_lock.validation import (
 # Page cursors of a quorum's listing start with this, then the last name of the page before.
 _AFTER = "after:"
 _MAX_CURSOR = len(_AFTER) + MAX_NAME_LENGTH
+# Lists, spelt here: inside a manager, "list" is a method.
+NameList = list[str]
+HoldList = list[tuple["LockInfo", str]]
+Records = list["list[Any] | LockUnavailable"]
+Failures = list[LockUnavailable]
 
 
 class QuorumLockManager(LockManager):
@@ -56,25 +56,19 @@ class QuorumLockManager(LockManager):
     its memory grows with the number of names matched, unlike one alias's listing.
     """
 
-    def __init__(self, backend: QuorumBackend) -> None:  # no super(): no one server's backend
-        self._quorum = backend
+    _backend: QuorumBackend
+
+    def __init__(self, backend: QuorumBackend) -> None:
+        super().__init__(backend)
 
     @property
-    def alias(self) -> str:
-        """The cache aliases of the quorum's primaries, joined."""
-        return self._quorum.alias
-
-    def get_stats(self, name: str) -> LockStats | None:
-        """The statistics a majority of the primaries backs for ``name`` (None: none)."""
-        key = self._quorum.keys_for(validate_name(name)).stats
-        with redis_errors("Could not read lock statistics"):
-            flat = self._quorum.run("stats_read", (key,), ())
-        return parse_stats(name, flat)
-
-    def lock(self, name: str, **options: Any) -> Lock:
-        return Lock(name, using=self._quorum.aliases, **options)
+    def using(self) -> tuple[str, ...]:
+        """The cache aliases of the quorum's primaries."""
+        return self._backend.aliases
 
     def list(self, pattern: str = "*") -> Listing:
+        """The held locks a majority of the primaries has, by name order; the primaries that
+        did not answer are in the listing's ``unanswered``."""
         validate_pattern(pattern)
         return Listing(lambda listing: self._listed_on_a_majority(pattern, listing.unanswered))
 
@@ -88,7 +82,7 @@ class QuorumLockManager(LockManager):
                 yield from (info for info, _ in found)
         finally:
             warn_skipped(skipped)
-            warn_unanswered(unanswered, len(self._quorum.members))
+            warn_unanswered(unanswered, len(self._backend.members))
 
     def page(self, pattern: str = "*", cursor: str = "", size: int = 100) -> LockPage:
         """A page of held locks by name order; the cursor is the last name of the page before
@@ -106,7 +100,7 @@ class QuorumLockManager(LockManager):
             skipped += unreadable
             at += size
         warn_skipped(skipped)
-        warn_unanswered(unanswered, len(self._quorum.members))
+        warn_unanswered(unanswered, len(self._backend.members))
         more = at < len(names)
         return LockPage(found, _AFTER + names[at - 1] if more else "", unanswered)
 
@@ -119,6 +113,7 @@ class QuorumLockManager(LockManager):
         return cursor
 
     def get(self, name: str) -> LockInfo | None:
+        """The hold a majority of the primaries has of ``name``, or None."""
         found, skipped = self._holds([validate_name(name)], {})
         warn_skipped(skipped)
         return found[0][0] if found else None
@@ -170,21 +165,21 @@ class QuorumLockManager(LockManager):
         the primaries backs (see ``stats.backed_by_majority``: no one primary decides)."""
         per_name: dict[str, list[LockStats]] = {}
         failed: Failures = []
-        for member in self._quorum.members:
+        for member in self._backend.members:
             try:
-                found = LockManager(member).stats(pattern)
+                found = ServerLockManager(member).stats(pattern)
             except LockUnavailable as exc:
                 failed.append(exc)
                 continue
             for stats in found:
                 per_name.setdefault(stats.name, []).append(stats)
-        answered = len(self._quorum.members) - len(failed)
-        if answered < self._quorum.needed:
+        answered = len(self._backend.members) - len(failed)
+        if answered < self._backend.needed:
             raise failed[0]
         backed = []
         for found_on in per_name.values():
             nothing: list[LockStats | None] = [None] * (answered - len(found_on))
-            chosen = backed_by_majority([*found_on, *nothing], self._quorum.needed)
+            chosen = backed_by_majority([*found_on, *nothing], self._backend.needed)
             if chosen is not None:
                 backed.append(chosen)
         return sorted(backed, key=lambda stats: stats.name)
@@ -193,12 +188,12 @@ class QuorumLockManager(LockManager):
         """QUORUM_FORCE on every primary; whether a majority released it."""
         fan = Fan("quorum_force", name, [lock_settings.tombstone_ms, secret])
         with redis_errors(f"Could not release lock {name!r}"):
-            replies = self._quorum.fan(fan)
+            replies = self._backend.fan(fan)
         failed = [i for i, reply in enumerate(replies) if isinstance(reply, Exception)]
-        if len(failed) > len(replies) - self._quorum.needed:
-            raise self._quorum.failure(name, replies, "the release could not be confirmed")
+        if len(failed) > len(replies) - self._backend.needed:
+            raise self._backend.failure(name, replies, "the release could not be confirmed")
         args: list[object] = [lock_settings.tombstone_ms, secret]
-        self._quorum.settle(failed, name, args, "quorum_force")
+        self._backend.settle(failed, name, args, "quorum_force")
         return sum(1 for reply in replies if isinstance(reply, list) and reply) > 0
 
     def _names(self, pattern: str, unanswered: dict[str, str]) -> NameList:
@@ -207,8 +202,8 @@ class QuorumLockManager(LockManager):
         validate_pattern(pattern)
         names: set[str] = set()
         failed: Failures = []
-        for member in self._quorum.members:
-            manager = LockManager(member)
+        for member in self._backend.members:
+            manager = ServerLockManager(member)
             try:
                 with redis_errors("Could not list locks"):
                     match = member.scan_pattern(pattern)
@@ -219,10 +214,10 @@ class QuorumLockManager(LockManager):
             except LockUnavailable as exc:
                 failed.append(exc)
                 unanswered.setdefault(member.alias, str(exc.__cause__ or exc))
-        if len(failed) > len(self._quorum.members) - self._quorum.needed:
+        if len(failed) > len(self._backend.members) - self._backend.needed:
             raise LockUnavailable(
-                f"Could not list locks: {len(failed)} of {len(self._quorum.members)} primaries "
-                f"failed, and a majority ({self._quorum.needed}) is needed: {failed[0]}"
+                f"Could not list locks: {len(failed)} of {len(self._backend.members)} primaries "
+                f"failed, and a majority ({self._backend.needed}) is needed: {failed[0]}"
             ) from failed[0].__cause__
         return sorted(names)
 
@@ -230,7 +225,7 @@ class QuorumLockManager(LockManager):
         """The holds a majority has among ``names`` (with their secrets), and how many held
         ones cannot be shown truthfully; the primaries that did not answer go into
         ``unanswered`` (and into each LockInfo)."""
-        quorum, records = self._quorum, Records()
+        quorum, records = self._backend, Records()
         failing: list[str] = []
         for member in quorum.members:
             try:

@@ -190,11 +190,17 @@ local now = now_us()
 if not holder then
   local head = first_live(queue, waiters, math.floor(now / 1000))
   if not head or head == secret then
-    if head then
+    local token = grant(lock, secret, ttl, ARGV[3], ARGV[4], now)
+    if head then  -- the first waiter took it when the lease ran out, not from a release
       redis.call('ZREM', queue, secret)
       redis.call('HDEL', waiters, secret)
+      -- The next waiter is first now, and looks again within NEXT_WAITER_SLICE_MS: as after
+      -- a hand-over, a shorter lease is told, so a holder that dies is replaced at its end.
+      if ttl < NEXT_WAITER_SLICE_MS then
+        nudge_first(queue, waiters, math.floor(now / 1000), ttl)
+      end
     end
-    return grant(lock, secret, ttl, ARGV[3], ARGV[4], now)
+    return token
   end
   -- A lease ran out with waiters queued: the first of them goes before this caller.
   hand_over(lock, queue, waiters, now)

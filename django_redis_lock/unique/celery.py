@@ -13,15 +13,14 @@ import functools
 import inspect
 import logging
 import threading
-import uuid
 from typing import Any
 
 from django_redis_lock.locked.naming import Naming
+from django_redis_lock.unique.enqueue import enqueue_once
 from django_redis_lock.unique.keys import (
     PREFIX,
     TaskKey,
     UniqueSpec,
-    enqueue_once,
     finished,
     started,
 )
@@ -155,7 +154,11 @@ def _mark(task: Any, spec: UniqueSpec) -> None:
     ) -> Any:
         if task_id is not None and task_id in _running:  # a retry of a task running here
             return send(args, kwargs, task_id=task_id, **options)
-        task_id = task_id or str(uuid.uuid4())
+        from celery.utils import uuid
+
+        # The id is chosen before the send (as Celery would, with its own function), so that
+        # the key carries it from the start: a duplicate reads it back at once.
+        task_id = task_id or uuid()
         return enqueue_once(
             spec,
             unique.name(args, kwargs),

@@ -6,8 +6,9 @@ task as an instance of a subclass of its class whose enqueue takes the key: a su
 own, which knows its spec, so that two tasks made from one function keep theirs (``using()``
 keeps the subclass; a worker finds the spec from the class of the task it runs). Its
 arguments are turned into the key as the queue stores them (JSON).
-A backend chooses the task's id as it queues it: the key says "queued" until the enqueue
-writes the id, which a duplicate and a starting worker wait for (a moment).
+A backend chooses the task's id as it queues it (no framework API lets the caller give one):
+the enqueue holds the key's sending lock until it has written the id into the key, and a
+duplicate or a starting worker waits on that lock, woken by its release (see ``enqueue.py``).
 """
 
 from __future__ import annotations
@@ -21,12 +22,11 @@ from typing import Any
 
 from django_redis_lock.exceptions import AlreadyQueued
 from django_redis_lock.locked.naming import Naming
+from django_redis_lock.unique.enqueue import arun, enqueuing, run
 from django_redis_lock.unique.keys import (
     PREFIX,
     TaskKey,
     UniqueSpec,
-    aenqueue_once,
-    enqueue_once,
     finished,
     started,
 )
@@ -92,46 +92,49 @@ def unique_django_task(task: Any, spec: UniqueSpec, framework: str) -> Any:
 def _subclass(cls: Any) -> type:
     """``cls`` whose enqueue and aenqueue take the key first."""
 
+    def flow(task: Any, args: Any, kwargs: Any) -> Any:
+        unique = _uniques[type(task)]
+        name = unique.name(args, kwargs)
+        return enqueuing(unique.spec, name, unique.label, None, _Send(cls, task, args, kwargs))
+
     def enqueue(self: Any, *args: Any, **kwargs: Any) -> Any:
-        unique = _uniques[type(self)]
-        return enqueue_once(
-            unique.spec,
-            unique.name(args, kwargs),
-            unique.label,
-            None,
-            lambda: cls.enqueue(self, *args, **kwargs),
-            lambda result: str(result.id),
-            lambda task_id: _result(self, task_id),
-        )
+        return run(flow(self, args, kwargs))
 
     async def aenqueue(self: Any, *args: Any, **kwargs: Any) -> Any:
-        unique = _uniques[type(self)]
-
-        async def send() -> Any:
-            return await cls.aenqueue(self, *args, **kwargs)
-
-        async def found(task_id: str) -> Any:
-            try:
-                return await self.aget_result(task_id)
-            except NotImplementedError:
-                raise AlreadyQueued(f"Task {task_id} holds the key.", task_id) from None
-
-        name = unique.name(args, kwargs)
-        return await aenqueue_once(
-            unique.spec, name, unique.label, send, lambda result: str(result.id), found
-        )
+        return await arun(flow(self, args, kwargs))
 
     body = {"enqueue": enqueue, "aenqueue": aenqueue, "__slots__": ()}
     return type(f"Unique{cls.__name__}", (cls,), body)
 
 
-def _result(task: Any, task_id: str) -> Any:
-    """The TaskResult of the task holding the key; AlreadyQueued where the backend keeps
-    none (the immediate and dummy backends)."""
-    try:
-        return task.get_result(task_id)
-    except NotImplementedError:
-        raise AlreadyQueued(f"Task {task_id} holds the key.", task_id) from None
+class _Send:
+    """How a unique Django task is sent (its class's own enqueue), and found once sent: the
+    TaskResult of its backend; AlreadyQueued where the backend keeps none (the immediate and
+    dummy backends)."""
+
+    def __init__(self, cls: Any, task: Any, args: Any, kwargs: Any) -> None:
+        self.cls, self.task, self.args, self.kwargs = cls, task, args, kwargs
+
+    def send(self) -> Any:
+        return self.cls.enqueue(self.task, *self.args, **self.kwargs)
+
+    async def asend(self) -> Any:
+        return await self.cls.aenqueue(self.task, *self.args, **self.kwargs)
+
+    def sent_id(self, result: Any) -> str:
+        return str(result.id)
+
+    def found(self, task_id: str) -> Any:
+        try:
+            return self.task.get_result(task_id)
+        except NotImplementedError:
+            raise AlreadyQueued(f"Task {task_id} holds the key.", task_id) from None
+
+    async def afound(self, task_id: str) -> Any:
+        try:
+            return await self.task.aget_result(task_id)
+        except NotImplementedError:
+            raise AlreadyQueued(f"Task {task_id} holds the key.", task_id) from None
 
 
 def _connect(framework: str) -> None:

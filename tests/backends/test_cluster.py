@@ -11,6 +11,7 @@ import json
 import re
 import time
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import pytest
@@ -21,7 +22,15 @@ from django.test.utils import override_settings
 from valkey.backoff import NoBackoff
 from valkey.retry import Retry
 
-from django_redis_lock import LockBusy, LockError, LockUnavailable, get_lock_manager, lock, locked
+from django_redis_lock import (
+    Lock,
+    LockBusy,
+    LockError,
+    LockUnavailable,
+    get_lock_manager,
+    lock,
+    locked,
+)
 from django_redis_lock.backends.cluster import ClusterLockBackend
 from django_redis_lock.runtime import runtime
 from testproject.cluster import ClusterTopology
@@ -33,6 +42,7 @@ from tests.helpers import (
     held_past_first_lease,
     keys,
     levels,
+    server_backend,
     start,
     wait_until,
 )
@@ -118,14 +128,20 @@ def test_acquire_extend_release_with_fencing(
     assert not driver.locked(second)
 
 
+def _acquired_at(driver: SyncDriver, waiting: Lock) -> tuple[bool, float]:
+    """Acquire ``waiting``; whether it got it, and when."""
+    return driver.acquire(waiting), time.monotonic()
+
+
 def test_waiter_is_woken_by_the_release(on_cluster: ClusterTopology, driver: SyncDriver) -> None:
     # Names on two different primaries: the listener hears grants published on any node.
     for name in spread_names(on_cluster, "cluster:wait:", 1):
         holder = lock(name, timeout=10, auto_renew=False)
         assert driver.acquire(holder)
         waiting = lock(name, blocking_timeout=5, auto_renew=False)
-        result = start(lambda waiting=waiting: (driver.acquire(waiting), time.monotonic()))
-        wait_until(lambda name=name: runtime().backend().client.zcard(keys(name).queue))
+        queue = keys(name).queue
+        result = start(partial(_acquired_at, driver, waiting))
+        wait_until(partial(server_backend().client.zcard, queue))
         released = time.monotonic()
         driver.release(holder)
         got, at = result.result(10)
@@ -143,7 +159,7 @@ def test_watchdog_renews(on_cluster: ClusterTopology) -> None:
 def test_locked_decorator(on_cluster: ClusterTopology) -> None:
     @locked("cluster:job:{n}", timeout=10)
     def job(n: int) -> bool:
-        return runtime().backend().client.exists(keys(f"cluster:job:{n}").lock) == 1
+        return bool(server_backend().client.exists(keys(f"cluster:job:{n}").lock) == 1)
 
     assert job(1)
     with lock("cluster:job:2", timeout=10), pytest.raises(LockBusy):
@@ -251,7 +267,7 @@ def test_primary_killed(on_cluster: ClusterTopology) -> None:
         again = wait_until(lambda: _taken(victim), timeout=10, step=0.1)
         waiting = lock(victim, blocking_timeout=5, auto_renew=False)
         result = start(lambda: (waiting.acquire(), time.monotonic()))
-        wait_until(lambda: runtime().backend().client.zcard(keys(victim).queue))
+        wait_until(lambda: server_backend().client.zcard(keys(victim).queue))
         released = time.monotonic()
         again.release()
         got, at = result.result(10)

@@ -15,13 +15,13 @@ from django.test import override_settings
 
 from django_redis_lock import LockUnavailable, lock
 from django_redis_lock.backends.lane import Lane
-from django_redis_lock.runtime import runtime
 from testproject.settings import build_caches
 from tests.helpers import (
     builtin_cache_with,
     fork_child,
     fork_is_the_point,
     keys,
+    server_backend,
     wait_children,
 )
 
@@ -29,15 +29,14 @@ CYCLES = 50
 
 
 def _lane(alias: str | None = None) -> Lane | None:
-    backend = runtime().backend(alias)
-    return backend._lane  # type: ignore[attr-defined,no-any-return]
+    return server_backend(alias).lane
 
 
 def _cycles(name: str, alias: str | None = None, count: int = CYCLES, reader: Any = None) -> None:
     """``count`` acquire/release cycles, each token checked against the one Redis stored (read
     by ``reader``, else through the cache's pool): a reply read by the wrong call shows as a
     token that is not the lock's."""
-    reader = reader or runtime().backend(alias).client
+    reader = reader or server_backend(alias).client
     for _ in range(count):
         held = lock(name, using=alias)
         assert held.acquire(blocking=False)
@@ -175,17 +174,19 @@ def test_a_blocking_pool_keeps_every_call_in_the_pool(redis_url: str) -> None:
 def test_closing_hangs_up_the_idle_connections(redis_client: redis.Redis) -> None:
     lane = _lane()
     assert lane is not None
-    _cycles("lane-closed", count=1)
-    ports = {connection._sock.getsockname()[1] for connection in lane._idle}
-    assert ports
+    _cycles("lane-closed", count=1)  # the pool's connection (the test's reader) is made
+    lane.close()
 
     def connected() -> set[int]:
-        return {int(client["addr"].rsplit(":", 1)[1]) for client in redis_client.client_list()}
+        return {int(client["id"]) for client in redis_client.client_list()}
 
-    assert ports <= connected()
+    before = connected()
+    _cycles("lane-closed", count=1)
+    made = connected() - before  # the lane's, the only connection the cycle had to make
+    assert lane.made == len(made) == 1
     lane.close()
     assert lane.made == 0
-    assert not ports & connected()
+    assert not made & connected()
     _cycles("lane-closed", count=1)  # and makes a new one when called again
     assert lane.made == 1
 

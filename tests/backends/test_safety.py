@@ -178,6 +178,29 @@ def test_doctor_asks_for_every_replica_and_a_socket_timeout_above_wait_timeout(
             assert (status, levels(findings)["replicas"]) == (1, "error")
 
 
+def test_the_system_checks_and_the_doctor_say_the_same_of_replicas_and_timeouts(
+    redis_factory: RedisServerGroup,
+) -> None:
+    """One rule, one answer (issue 37): a primary found without Sentinel that has a replica,
+    and no WAIT_REPLICAS, is warned about at startup (W006) as the doctor warns of it; with
+    WAIT_REPLICAS, a socket timeout WAIT_TIMEOUT leaves no margin is W012 in both."""
+    primary = redis_factory()
+    redis_factory.replica(primary)
+    caches_ = build_caches(primary.url)
+    caches_["default"] = {**caches_["builtin"], "OPTIONS": {"socket_timeout": 1}}
+    with override_settings(CACHES=caches_):
+        for options, check, wanted in (
+            ({"WAIT_REPLICAS": 0}, "replicas", "django_redis_lock.W006"),
+            ({"WAIT_REPLICAS": 1, "WAIT_TIMEOUT": 1}, "socket-timeout", "django_redis_lock.W012"),
+        ):
+            with override_settings(REDIS_LOCK=options):
+                said = {message.id: message.msg for message in run_checks(tags=["caches"])}
+                _, findings, _ = doctor()
+            (finding,) = [each for each in findings if each["check"] == check]
+            assert finding["level"] == "warning"
+            assert said[wanted] == finding["message"]
+
+
 def test_doctor_on_a_quorum_with_a_primary_down(redis_factory: RedisServerGroup) -> None:
     servers = [redis_factory() for _ in range(3)]
     caches_ = build_quorum_caches([server.url for server in servers])
@@ -207,7 +230,7 @@ def test_each_member_of_a_quorum_is_looked_at(redis_factory: RedisServerGroup) -
         ids = [
             message.id
             for message in run_checks(tags=["caches"])
-            if message.id.startswith("django_redis")
+            if (message.id or "").startswith("django_redis")
         ]
         assert ids == ["django_redis_lock.W010"]
         with lock("quorum-wide"):

@@ -31,6 +31,7 @@ from tests.helpers import (
     held_past_first_lease,
     keys,
     levels,
+    server_backend,
     start,
     wait_until,
 )
@@ -130,7 +131,7 @@ def subscribed_on(topology: SentinelTopology) -> bool:
 def test_acquire_release_on_the_primary(topology: SentinelTopology, driver: SyncDriver) -> None:
     # Blocking calls go on the lane (connections beside the pool), which follows the primary as
     # the pool does: the failover tests below run through it.
-    assert runtime().backend()._lane is not None  # type: ignore[attr-defined]
+    assert server_backend().lane is not None
     held = lock("sentinel:plain", timeout=10)
     assert driver.acquire(held)
     assert on_primary(topology, "sentinel:plain")
@@ -155,7 +156,7 @@ def test_waiter_is_handed_the_lock(driver: SyncDriver) -> None:
 
 
 def runtime_waiters(name: str) -> int:
-    client = runtime().backend().client
+    client = server_backend().client
     return int(client.zcard(keys(name).queue))
 
 
@@ -293,13 +294,8 @@ def test_semaphores_and_read_write_locks_with_wait_replicas(settings: Any) -> No
     assert second.acquire()
     third = semaphore("sentinel:pool", 2, blocking_timeout=5)
     waiting = start(third.acquire)
-    wait_until(
-        lambda: (
-            runtime()
-            .backend()
-            .client.zcard(runtime().backend().shared_keys_for("sentinel:pool").queue)
-        )
-    )
+    backend = server_backend()
+    wait_until(lambda: backend.client.zcard(backend.shared_keys_for("sentinel:pool").queue))
     first.release()
     assert waiting.result(10) is True  # handed over, and the grant acknowledged by a replica
     assert {info.fencing_token for info in get_lock_manager().holders("sentinel:pool")} == {

@@ -14,8 +14,7 @@ from django.test.utils import override_settings
 
 from django_redis_lock import LockUnavailable, get_lock_manager, lock
 from django_redis_lock.backends.clients import library_of
-from django_redis_lock.runtime import runtime
-from tests.helpers import SyncDriver, keys, start, wait_until
+from tests.helpers import SyncDriver, keys, server_backend, start, wait_until
 
 
 def valkey_caches(url: str, **options: Any) -> dict[str, Any]:
@@ -36,14 +35,14 @@ def on_valkey(redis_url: str) -> Iterator[None]:
 
 @pytest.mark.usefixtures("on_valkey")
 def test_locks_wait_and_fence_through_valkey_py(driver: SyncDriver) -> None:
-    assert library_of(runtime().backend().client) is valkey
+    assert library_of(server_backend().client) is valkey
     holder = lock("valkey:plain", timeout=10, auto_renew=False)
     assert driver.acquire(holder)
     token = holder.fencing_token
     assert token is not None
     waiting = lock("valkey:plain", blocking_timeout=5, auto_renew=False)
     result = start(lambda: (driver.acquire(waiting), time.monotonic()))
-    wait_until(lambda: runtime().backend().client.zcard(keys("valkey:plain").queue))
+    wait_until(lambda: server_backend().client.zcard(keys("valkey:plain").queue))
     released = time.monotonic()
     driver.release(holder)
     got, at = result.result(10)
@@ -58,7 +57,7 @@ def test_locks_wait_and_fence_through_valkey_py(driver: SyncDriver) -> None:
 def test_async_client_is_valkey_py() -> None:
     async def main() -> Any:
         async with lock("valkey:async", timeout=10):
-            return runtime().backend().async_client()
+            return server_backend().async_client()
 
     assert library_of(asyncio.run(main())) is valkey
 

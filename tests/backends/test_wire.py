@@ -12,9 +12,9 @@ import pytest
 import redis
 
 from django_redis_lock.backends import errors, wire
+from django_redis_lock.runtime import listener as listener_module
 from django_redis_lock.runtime import runtime
-from django_redis_lock.runtime.listener import Listener
-from tests.helpers import listen, queued_behind, wait_until
+from tests.helpers import listen, queued_behind, server_backend, wait_until
 
 HIREDIS = importlib.util.find_spec("hiredis") is not None
 # The read timeout the connection is made with, as the listener makes its own.
@@ -35,7 +35,7 @@ def reader(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> s
 @pytest.fixture
 def subscribed(reader: str) -> Iterator[tuple[Any, wire.Replies]]:
     """A connection made as the listener makes its own, subscribed to "wire", and its reader."""
-    connection = runtime().backend().own_connection(read_timeout=READ_SECONDS)
+    connection = server_backend().own_connection(read_timeout=READ_SECONDS)
     connection.connect()
     connection.send_command("SUBSCRIBE", "wire")
     replies = wire.replies_of(connection, READ_SECONDS)
@@ -83,6 +83,7 @@ def test_nothing_in_time_is_nothing_and_the_connection_still_serves(
     assert replies.read(0.05) is wire.NOTHING
     assert 0.04 <= time.monotonic() - started < READ_SECONDS
     if isinstance(replies, wire.SocketReplies):  # the connection's timeout, for its sends
+        # redis-py's socket, which it names no public way to (wire.replies_of reads it so too).
         assert connection._sock.gettimeout() == READ_SECONDS
     connection.send_command("PING")
     assert _is_pong(replies.read(5))
@@ -116,14 +117,20 @@ def test_a_connection_closed_by_the_server_raises(
 
 
 def test_the_listener_reads_with_either_and_hands_a_lock_over(
-    reader: str, redis_client: redis.Redis
+    reader: str, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    made: list[wire.Replies] = []
+
+    def recorded(connection: Any, read_timeout: float) -> wire.Replies:
+        made.append(wire.replies_of(connection, read_timeout))
+        return made[-1]
+
+    monkeypatch.setattr(listener_module, "replies_of", recorded)
     runtime().reset()  # a new listener, which picks its reader as the fixture set it
     listen()
-    listener = runtime().listener(runtime().backend())
-    assert isinstance(listener, Listener)
     kind = wire.SocketReplies if reader == "socket" else wire.ClientReplies
-    assert isinstance(listener._replies, kind)
+    assert made
+    assert all(isinstance(replies, kind) for replies in made)
     holder, waiting, taken = queued_behind("wire-handover", redis_client)
     holder.release()
     assert taken.result(5)

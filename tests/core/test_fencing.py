@@ -7,7 +7,7 @@ from django.test import override_settings
 
 from django_redis_lock import Lock, get_lock_manager, lock
 from django_redis_lock.scripts import STATS_TTL_MS
-from tests.helpers import keys, wait_until
+from tests.helpers import keys, token_of, wait_until
 
 
 def _take(name: str, **options: object) -> Lock:
@@ -20,24 +20,24 @@ def _take(name: str, **options: object) -> Lock:
 def test_tokens_rise_across_release_expiry_force_release_and_clear() -> None:
     tokens = []
     held = _take("ledger")
-    tokens.append(held.fencing_token)
+    tokens.append(token_of(held))
     held.release()
     assert held.fencing_token is None
 
     held = _take("ledger", timeout=0.05)  # after a release
-    tokens.append(held.fencing_token)
+    tokens.append(token_of(held))
     wait_until(lambda: not held.locked())
 
     held = _take("ledger")  # after an expiry
-    tokens.append(held.fencing_token)
+    tokens.append(token_of(held))
     assert get_lock_manager().release("ledger")
 
     held = _take("ledger")  # after a force release
-    tokens.append(held.fencing_token)
+    tokens.append(token_of(held))
     assert get_lock_manager().clear("led*") == 1
 
     held = _take("ledger")  # after clear
-    tokens.append(held.fencing_token)
+    tokens.append(token_of(held))
     held.release()
     assert tokens == sorted(set(tokens)), tokens
 
@@ -58,7 +58,7 @@ def test_tokens_of_many_quick_holds_never_repeat() -> None:
     tokens = []
     for _ in range(200):
         with lock("quick") as held:
-            tokens.append(held.fencing_token)
+            tokens.append(token_of(held))
     assert tokens == sorted(set(tokens))
 
 

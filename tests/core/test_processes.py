@@ -10,11 +10,11 @@ import time
 import redis
 
 from django_redis_lock import lock
-from tests.helpers import spawn_child, wait_children
+from tests.helpers import PATIENT_SECONDS, spawn_child, wait_children
 
 
 def _count_under_lock(url: str, rounds: int) -> None:
-    client = redis.Redis.from_url(url)
+    client = redis.Redis.from_url(url, socket_timeout=PATIENT_SECONDS)
     for _ in range(rounds):
         with lock("counter", timeout=5):
             value = int(client.get("counter-value") or 0)  # read ...
@@ -32,7 +32,7 @@ def test_four_processes_keep_a_non_atomic_counter_exact(
 def _hold_until_killed(url: str) -> None:
     held = lock("killed", timeout=1.0)  # auto-renewed: only death stops it
     held.acquire()
-    redis.Redis.from_url(url).rpush("holding", 1)
+    redis.Redis.from_url(url, socket_timeout=PATIENT_SECONDS).rpush("holding", 1)
     time.sleep(60)
 
 
@@ -52,7 +52,7 @@ def test_lock_of_a_killed_holder_is_free_within_its_lease(
 
 
 def _sections(url: str, rounds: int) -> None:
-    client = redis.Redis.from_url(url)
+    client = redis.Redis.from_url(url, socket_timeout=PATIENT_SECONDS)
     for _ in range(rounds):
         # A lease short enough for replies to come late under the load (a late grant is given
         # back), long enough that the holder's own few steps end inside it.

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from functools import partial
 
 import pytest
 import redis
@@ -74,7 +75,8 @@ def test_a_reading_thread_and_an_async_waiter_are_both_handed_their_locks(
     waiters = {"a": start(wait_in_a_thread), "b": start(lambda: asyncio.run(wait_on_a_loop()))}
     for name in "ab":  # queued in Redis: the ticket is registered right after that reply
         assert queued[name].wait(5)
-        wait_until(lambda name=name: redis_client.zcard(keys(f"shared-{name}").queue))
+        queue = keys(f"shared-{name}").queue
+        wait_until(partial(redis_client.zcard, queue))
     # Each holder's lease is 60 s and each waiter's 20 s: only a grant wakes them in time.
     order = "ba" if first == "async" else "ab"
     for name in order:

@@ -10,8 +10,9 @@ import pytest
 import redis
 
 from django_redis_lock import MAX_TIMEOUT, LockBusy, LockNotOwned, lock, rwlock, semaphore
+from django_redis_lock.backends.single import LockBackend
 from django_redis_lock.validation import MAX_LIMIT
-from tests.helpers import SyncDriver, start, wait_until
+from tests.helpers import SyncDriver, start, token_of, until, wait_until
 
 
 def test_at_most_limit_holders_and_a_release_lets_the_next_in(driver: SyncDriver) -> None:
@@ -23,10 +24,10 @@ def test_at_most_limit_holders_and_a_release_lets_the_next_in(driver: SyncDriver
     assert not driver.owned(third)
     assert third.busy_ttl is not None
     assert 0 < third.busy_ttl <= 30
-    tokens = [first.fencing_token, second.fencing_token]
+    tokens = [token_of(first), token_of(second)]
     driver.release(first)
     assert driver.acquire(third, blocking=False)
-    assert tokens[0] < tokens[1] < third.fencing_token
+    assert tokens[0] < tokens[1] < token_of(third)
     driver.release(second)
     driver.release(third)
     assert not driver.locked(semaphore("reports", 2))
@@ -53,6 +54,7 @@ def get_queue_length(name: str, kind: str = "s") -> int:
     from django_redis_lock.runtime import runtime
 
     backend = runtime().for_locks(None)
+    assert isinstance(backend, LockBackend)
     return int(backend.client.zcard(backend.shared_keys_for(name, kind).queue))
 
 
@@ -142,8 +144,7 @@ def test_a_cancelled_async_waiter_leaves_nothing_behind() -> None:
     async def cancelled() -> None:
         waiter = semaphore("async", 1)
         task = asyncio.ensure_future(waiter.aacquire(blocking_timeout=10))
-        await asyncio.sleep(0.2)  # queued by now (a wait of 10 s)
-        assert get_queue_length("async") == 1
+        await until(lambda: get_queue_length("async") == 1)  # the task runs meanwhile
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
@@ -158,11 +159,11 @@ def test_fencing_tokens_increase_per_name_across_kinds_and_holders() -> None:
     tokens = []
     for _ in range(3):
         with semaphore("fenced", 3) as held:
-            tokens.append(held.fencing_token)
+            tokens.append(token_of(held))
     with rwlock("fenced-rw").read() as reader:
-        tokens_rw = [reader.fencing_token]
+        tokens_rw = [token_of(reader)]
     with rwlock("fenced-rw").write() as writer:
-        tokens_rw.append(writer.fencing_token)
+        tokens_rw.append(token_of(writer))
     assert tokens == sorted(set(tokens))
     assert tokens_rw == sorted(set(tokens_rw))
 

@@ -12,7 +12,8 @@ import pytest
 import redis
 
 from django_redis_lock import rwlock, semaphore
-from tests.helpers import spawn_child, wait_children, wait_until
+from django_redis_lock.backends.base import text_of
+from tests.helpers import PATIENT_SECONDS, spawn_child, wait_children, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -34,7 +35,7 @@ def _most_at_once(sections: list[tuple[float, float]]) -> int:
 def _logged(client: redis.Redis, key: str) -> list[tuple[float, float]]:
     return [
         (float(start), float(end))
-        for start, end in (entry.decode().split() for entry in client.lrange(key, 0, -1))
+        for start, end in (text_of(entry).split() for entry in client.lrange(key, 0, -1))
     ]
 
 
@@ -49,8 +50,8 @@ def _spawn_together(redis_url: str, target: Callable[..., None]) -> list[int]:
     """PROCESSES spawned processes running ``target(i, redis_url)``, let go at once."""
     children = [spawn_child(target, i, redis_url) for i in range(PROCESSES)]
     try:
-        # A client without a socket timeout: the processes may take seconds to start.
-        with redis.Redis.from_url(redis_url) as client:
+        # A patient client: the processes may take seconds to start.
+        with redis.Redis.from_url(redis_url, socket_timeout=PATIENT_SECONDS) as client:
             for _ in children:
                 assert client.blpop(["ready"], timeout=60)
             client.rpush("go", *children)
@@ -61,7 +62,7 @@ def _spawn_together(redis_url: str, target: Callable[..., None]) -> list[int]:
 
 
 def _take_places(i: int, redis_url: str) -> None:
-    with redis.Redis.from_url(redis_url) as log:
+    with redis.Redis.from_url(redis_url, socket_timeout=PATIENT_SECONDS) as log:
         _ready(log)
         for _ in range(ROUNDS):
             with semaphore("crowded", LIMIT, blocking_timeout=30):
@@ -83,7 +84,7 @@ def test_never_more_than_limit_holders_from_several_processes(
 def _read_or_write(i: int, redis_url: str) -> None:
     writes = i % 4 == 0
     document = rwlock("shared-doc", blocking_timeout=30)
-    with redis.Redis.from_url(redis_url) as log:
+    with redis.Redis.from_url(redis_url, socket_timeout=PATIENT_SECONDS) as log:
         _ready(log)
         for _ in range(ROUNDS):
             with document.write() if writes else document.read():
@@ -112,7 +113,7 @@ LEASE = 1.0
 def _hold_until_killed(redis_url: str) -> None:
     held = semaphore("killed", 2, timeout=LEASE)
     assert held.acquire(blocking_timeout=10)
-    with redis.Redis.from_url(redis_url) as client:
+    with redis.Redis.from_url(redis_url, socket_timeout=PATIENT_SECONDS) as client:
         client.rpush("holding", os.getpid())
     time.sleep(60)  # until killed; the watchdog renews meanwhile
 
@@ -120,7 +121,7 @@ def _hold_until_killed(redis_url: str) -> None:
 def test_sigkilled_holders_places_come_back_at_their_lease(redis_url: str) -> None:
     lease = LEASE
     children = [spawn_child(_hold_until_killed, redis_url) for _ in range(2)]
-    with redis.Redis.from_url(redis_url) as client:
+    with redis.Redis.from_url(redis_url, socket_timeout=PATIENT_SECONDS) as client:
         for _ in children:
             assert client.blpop(["holding"], timeout=30)
     assert not semaphore("killed", 2).acquire(blocking=False)

@@ -20,6 +20,7 @@ import pytest
 import redis
 
 from django_redis_lock import Lock, lock, signals
+from django_redis_lock.backends.base import text_of
 from django_redis_lock.runtime import runtime
 from tests.helpers import (
     SYNC,
@@ -161,6 +162,27 @@ def test_waiter_of_a_crashed_holder_wakes_when_the_lease_ends(driver: SyncDriver
     elapsed = time.monotonic() - started
     assert 0.35 < elapsed < 0.7
     driver.release(waiter)
+
+
+def test_the_next_waiter_is_told_the_lease_of_a_first_waiter_that_took_over_an_ended_one(
+    redis_client: redis.Redis,
+) -> None:
+    """Two holders in a row die (leases of 0.5 s): the third waiter takes over at the end of
+    the second lease, not a slice of the hand-over lease (4 s) later. The second took the
+    lock by its own look when the first lease ended, not from a release: it tells the next."""
+    crashed = lock("orphans", timeout=0.5, auto_renew=False)
+    assert crashed.acquire()  # never released: like a holder that died
+    second = lock("orphans", timeout=0.5, auto_renew=False)  # it dies too, once it holds
+    third = lock("orphans", timeout=0.5, auto_renew=False)
+    got_second = start(lambda: second.acquire(blocking_timeout=10))
+    wait_until(lambda: redis_client.zcard(keys("orphans").queue) == 1)
+    got_third = start(lambda: third.acquire(blocking_timeout=10))
+    wait_until(lambda: redis_client.zcard(keys("orphans").queue) == 2)
+    assert got_second.result(5) is True  # at the end of the first lease
+    taken = time.monotonic()
+    assert got_third.result(5) is True
+    assert time.monotonic() - taken < 1.5  # the second lease, not a 4 s slice
+    third.release()
 
 
 def test_a_greedy_holder_cannot_starve_a_waiter(busy_events: threading.Semaphore) -> None:
@@ -307,7 +329,7 @@ def test_a_newcomer_does_not_jump_the_queue_when_a_lease_runs_out(
     assert not newcomer.acquire(blocking=False)  # the lock went to the waiter queued first
     owner = redis_client.hget(queue_jump.lock, "o")
     assert owner is not None
-    assert f"pid {pid} " in owner.decode()
+    assert f"pid {pid} " in text_of(owner)
 
 
 @pytest.mark.slow
@@ -354,8 +376,12 @@ def test_a_handed_over_lock_gets_its_full_lease_before_the_hand_over_lease_ends(
         thread.join(5)
         assert waiter.fencing_token is not None
         assert (waiter.ttl() or 0) <= SHORT_HANDOVER
+
         # Lengthened at a third of the hand-over lease: well before it ends.
-        wait_until(lambda w=waiter: (w.ttl() or 0) > 55, timeout=SHORT_HANDOVER / 2)
+        def lengthened(held: Lock = waiter) -> bool:
+            return (held.ttl() or 0) > 55
+
+        wait_until(lengthened, timeout=SHORT_HANDOVER / 2)
         holder = waiter
 
 

@@ -21,6 +21,7 @@ from tests.helpers import (
     builtin_cache_with,
     commandstats,
     fork_is_the_point,
+    held_past_first_lease,
     keys,
     received,
     wait_until,
@@ -316,14 +317,10 @@ def test_a_release_racing_the_threads_intake_does_not_end_the_thread() -> None:
             return 1
 
     watchdog = runtime().watchdog
+    # The race is a few bytecodes wide: only a stand-in intake makes it happen on every run.
     intake, watchdog._incoming = watchdog._incoming, Raced()
     try:
-        with watchdog._cond:
-            watchdog._take_incoming()  # raised KeyError (the thread's end) before
-        assert dict.__len__(watchdog._incoming) == 0
+        # The thread looks at its intake before each renewal: still renewing, it survived.
+        held_past_first_lease("after-the-race").release()
     finally:
         watchdog._incoming = intake
-    held = lock("after-the-race", timeout=30)
-    assert held.acquire()
-    assert held.owned()
-    held.release()

@@ -176,9 +176,7 @@ def test_sentinel_reports_its_master(redis_factory: RedisServerGroup) -> None:
     master = redis_factory()
     sentinel = redis_factory.sentinel(master, "harness-master")
     client = _client(sentinel)
-    address = client.execute_command(  # type: ignore[no-untyped-call]
-        "SENTINEL", "get-master-addr-by-name", "harness-master"
-    )
+    address = client.execute_command("SENTINEL", "get-master-addr-by-name", "harness-master")
     assert [part.decode() for part in address] == ["127.0.0.1", str(master.port)]
     client.close()
 

@@ -196,6 +196,7 @@ def test_operating() -> None:
         operating.show_held_invoices()
     assert output.getvalue().startswith("invoice:11 ")
     assert " paying " in output.getvalue()
+    assert held.fencing_token is not None
     assert operating.release_stuck("invoice:11", held.fencing_token + 1) is False
     assert held.owned()
     assert operating.release_stuck("invoice:11", held.fencing_token) is False  # nobody waited

@@ -214,6 +214,7 @@ def test_a_multi_table_model_is_locked_then_fenced(alias: str) -> None:
 
     class Child(Base):  # noqa: DJ008
         extra = models.IntegerField(default=0)
+        objects: models.Manager[Child] = models.Manager()  # declared: made inside a test
         Meta = type("Meta", (), {"app_label": "testproject"})
 
     connection = connections[alias]
@@ -248,12 +249,16 @@ def test_a_bulk_update_that_writes_the_fence_is_refused(alias: str) -> None:
     for fields in (["balance", "fence"], ("fence",), (name for name in ["balance", "fence"])):
         with pytest.raises(TypeError, match="fence"):
             Account.objects.using(alias).bulk_update([stale_copy], fields)
-    assert [(each.balance, each.fence) for each in one.all()] == [(150, later.fencing_token)]
+    assert [(each.balance, each.fence) for each in one.all()] == [
+        (Decimal(150), later.fencing_token)
+    ]
     with pytest.raises(StaleFencingToken):
         fenced_update(one, stale, balance=F("balance") - 10)  # the row still refuses it
     # Without the fence, a bulk_update is Django's, as a save without one.
     assert Account.objects.using(alias).bulk_update([stale_copy], ["balance"]) == 1
-    assert [(each.balance, each.fence) for each in one.all()] == [(90, later.fencing_token)]
+    assert [(each.balance, each.fence) for each in one.all()] == [
+        (Decimal(90), later.fencing_token)
+    ]
     later.release()
 
 

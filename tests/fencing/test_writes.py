@@ -16,6 +16,7 @@ from django.test.utils import isolate_apps
 from django_redis_lock import (
     FencedModelMixin,
     FenceField,
+    Lock,
     LockNotOwned,
     StaleFencingToken,
     current_lock,
@@ -206,26 +207,25 @@ def test_async_save_with_a_fence() -> None:
 
 def test_current_lock_is_the_hold_of_locked_code() -> None:
     account = _account()
-    seen: list[object] = []
+    seen: list[tuple[str, int | None]] = []  # the name and token of the lock held inside
 
     @locked("fence:current:{pk}")
     def withdraw(pk: int) -> int:
-        seen.append(current_lock())
-        seen.append(current_lock().fencing_token)  # type: ignore[union-attr]
-        return fenced_update(
-            Account.objects.filter(pk=pk), current_lock(), balance=F("balance") - 1
-        )
+        held = current_lock()
+        assert held is not None
+        seen.append((held.name, held.fencing_token))
+        return fenced_update(Account.objects.filter(pk=pk), held, balance=F("balance") - 1)
 
     @locked("fence:current:async")
-    async def look() -> object:
+    async def look() -> Lock | None:
         await asyncio.sleep(0)
         return current_lock()
 
     assert current_lock() is None
     assert withdraw(account.pk) == 1
-    assert seen[0] is not None
-    assert seen[0].name == f"fence:current:{account.pk}"
-    assert _row(account) == (Decimal(99), seen[1])
+    [(name, token)] = seen
+    assert name == f"fence:current:{account.pk}"
+    assert _row(account) == (Decimal(99), token)
     inner = asyncio.run(look())
     assert inner is not None
     assert inner.name == "fence:current:async"

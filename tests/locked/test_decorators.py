@@ -580,7 +580,8 @@ def test_fields_reading_private_names_fail_at_decoration(template: str) -> None:
     def view(request: object, _private: int = 0) -> None: ...
 
     class Page(View):
-        def get(self, request: HttpRequest) -> HttpResponse: ...
+        def get(self, request: HttpRequest) -> HttpResponse:
+            return HttpResponse()
 
     for target in (view, Page):
         with pytest.raises(ValueError, match="starting with '_'"):
@@ -619,11 +620,12 @@ def test_a_task_label_is_shortened_to_the_maximum() -> None:
     # (run later in the same session) from receiving its tasks.
     app = celery.Celery("test_decorators", set_as_current=False)
 
-    @app.task
     @locked("long-label-task", label="t" * MAX_LABEL_LENGTH)
-    def long_label_task() -> str | None:
+    def long_label() -> str | None:
         info = get_lock_manager().get("long-label-task")
         return None if info is None else info.label
+
+    long_label_task = app.task(long_label)  # Celery's decorator, which carries no types
 
     label = long_label_task.apply().get(timeout=10)
     assert label == "t" * (MAX_LABEL_LENGTH - 1) + "\u2026"

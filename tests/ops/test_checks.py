@@ -9,6 +9,7 @@ from django.core.checks import run_checks
 from django.test import override_settings
 
 from django_redis_lock.checks import check_settings
+from django_redis_lock.ops.doctor import diagnose
 from testproject.redis_server import RedisServerGroup
 from testproject.settings import build_caches
 
@@ -230,3 +231,13 @@ def test_every_id_in_the_catalogue_has_a_test_here() -> None:
     tests = "".join(path.read_text() for path in Path(__file__).parent.parent.rglob("*.py"))
     untested = [check for check in CHECKS if f"django_redis_lock.{check}" not in tests]
     assert untested == []
+
+
+def test_w002_is_what_the_doctor_says_of_the_listing(redis_url: str) -> None:
+    """One rule, one wording: the doctor's listing item is the system check's W002."""
+    caches = build_caches(redis_url)
+    caches["default"]["KEY_FUNCTION"] = "tests.ops.test_checks.hashed_key"
+    with override_settings(CACHES=caches):
+        (w002,) = [m for m in run_checks(tags=["caches"]) if m.id == "django_redis_lock.W002"]
+        (listing,) = [finding for finding in diagnose() if finding.check == "listing"]
+    assert (listing.level, listing.message, listing.fix) == ("warning", w002.msg, w002.hint)

@@ -3,17 +3,20 @@ a key whose task is never picked up."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import redis
 from django.conf import settings
 
 from django_redis_lock import AlreadyQueued, LockBusy, get_lock_manager, unique
-from django_redis_lock.unique.keys import UniqueSpec, enqueue_once, state_label, task_of
+from django_redis_lock.unique.enqueue import enqueue_once
+from django_redis_lock.unique.keys import UniqueSpec, state_label, task_of
 from testproject.redis_server import RedisServer
 from tests.celery_worker import on_broker
-from tests.helpers import wait_until
+from tests.helpers import label_of, wait_until
 
 
 @pytest.mark.parametrize(
@@ -206,3 +209,62 @@ def test_operators_see_a_unique_key_and_can_free_it() -> None:
     assert (
         enqueue_once(spec, "unique:report:9", "app.rebuild", "t2", lambda: "t2", str, str) == "t2"
     )
+
+
+def _blocked_send(spec: UniqueSpec, task_id: str | None) -> tuple[threading.Thread, Any, Any]:
+    """An enqueue of key ``unique:inflight`` whose send blocks until ``go`` is set; returns the
+    thread, ``sending`` (set once its send began) and ``go``."""
+    sending, go = threading.Event(), threading.Event()
+
+    def send() -> str:
+        sending.set()
+        assert go.wait(30)
+        return "first"
+
+    first = threading.Thread(
+        target=enqueue_once, args=(spec, "unique:inflight", "app.job", task_id, send, str, str)
+    )
+    first.start()
+    assert sending.wait(30)
+    return first, sending, go
+
+
+def test_a_duplicate_of_a_send_in_flight_gets_its_known_id_at_once() -> None:
+    """The id chosen before the send (Celery's) is in the key from its acquire: a duplicate
+    returns it while the first send is still blocked."""
+    spec = UniqueSpec("k", "executed", "return", 60, None, None)
+    first, _, go = _blocked_send(spec, "first")
+    try:
+        again = enqueue_once(spec, "unique:inflight", "app.job", "second", str, str, str)
+        assert again == "first"
+    finally:
+        go.set()
+        first.join(30)
+
+
+def test_a_duplicate_waits_for_an_id_chosen_by_the_send_on_a_release_not_a_timer(
+    redis_client: redis.Redis,
+) -> None:
+    """The id the backend chooses as it sends (Django's): a duplicate waits on the sending
+    lock, queued in Redis (no polling), and gets the id once the first enqueue wrote it."""
+    from django_redis_lock.runtime import runtime
+    from django_redis_lock.unique.keys import SENDING
+
+    spec = UniqueSpec("k", "executed", "return", 60, None, None)
+    first, _, go = _blocked_send(spec, None)
+    got: list[str] = []
+    duplicate = threading.Thread(
+        target=lambda: got.append(
+            enqueue_once(spec, "unique:inflight", "app.job", None, str, str, str)
+        )
+    )
+    duplicate.start()
+    try:
+        queue = runtime().for_locks().keys_for(SENDING + "inflight").queue
+        wait_until(lambda: redis_client.zcard(queue) == 1, timeout=5)  # queued behind it
+    finally:
+        go.set()
+        first.join(30)
+        duplicate.join(30)
+    assert got == ["first"]
+    assert label_of("unique:inflight") == "app.job queued as first"
