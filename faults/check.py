@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from faults.scenarios import BLOCKING_TIMEOUT, WORK, Outcome
 from faults.store import SEMAPHORE, SEMAPHORE_LIMIT, Event, Fault, Section, Store
@@ -102,8 +104,17 @@ def full_again(sections: list[Section], after: float, limit: int) -> float | Non
     return None
 
 
-def two_holders(sections: list[Section]) -> float:
-    """The seconds in which at least two sections were in progress at once."""
+class Span(Protocol):
+    """Anything that ran from ``start`` to ``end`` (a section, a leader's child)."""
+
+    @property
+    def start(self) -> float: ...
+    @property
+    def end(self) -> float: ...
+
+
+def two_holders(sections: Sequence[Span]) -> float:
+    """The seconds in which at least two sections (spans) were in progress at once."""
     moments = sorted([(s.start, 1) for s in sections] + [(s.end, -1) for s in sections])
     total, holders, since = 0.0, 0, 0.0
     for moment, change in moments:
@@ -367,14 +378,15 @@ def partitioned(results: list[Result]) -> list[Result]:
 def table(results: list[Result]) -> str:
     """Plain-text tables of the results, one row per scenario: every scenario, then the
     partition figures of the partition scenarios (if any)."""
-    text = _text_table(list(COLUMNS), [row(r) for r in results])
+    text = text_table(list(COLUMNS), [row(r) for r in results])
     cuts = partitioned(results)
     if cuts:
-        text += "\n\n" + _text_table(list(PARTITION_COLUMNS), [partition_row(r) for r in cuts])
+        text += "\n\n" + text_table(list(PARTITION_COLUMNS), [partition_row(r) for r in cuts])
     return text
 
 
-def _text_table(header: list[str], cells: list[list[str]]) -> str:
+def text_table(header: list[str], cells: list[list[str]]) -> str:
+    """A plain-text table: the header, a rule, a row per item of ``cells``."""
     rows = [header, *cells]
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     lines = [

@@ -7,10 +7,10 @@ from typing import ClassVar
 
 from django.db import models
 
-from django_redis_lock import FenceField
+from django_redis_lock import FencedModelMixin, FenceField
 
 
-class Counter(models.Model):
+class Counter(FencedModelMixin, models.Model):
     name = models.TextField(primary_key=True)
     value = models.IntegerField()
     token = FenceField()

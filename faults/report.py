@@ -10,7 +10,9 @@ import platform
 import subprocess
 from pathlib import Path
 
+from faults import leader_check
 from faults.check import COLUMNS, PARTITION_COLUMNS, Result, partition_row, partitioned, row
+from faults.leader import GRACE, HANDOVER_BOUND, HANDOVER_LEASE, NAME, SUPERVISORS
 from faults.scenarios import BLOCKING_TIMEOUT, LEASE, SOCKET_TIMEOUT, WORK, WORKERS
 from faults.topologies import PARTITION_DOWN_AFTER_MS, PARTITION_SENTINELS, SENTINEL_TIMEOUT
 from testproject.redis_server import find_redis_server
@@ -228,8 +230,12 @@ def _versions() -> str:
 
 
 def _table(results: list[Result]) -> str:
+    return _list_table(list(COLUMNS), [row(r) for r in results])
+
+
+def _list_table(header: list[str], rows: list[list[str]]) -> str:
     lines = [".. list-table::", "   :header-rows: 1", ""]
-    for cells in [list(COLUMNS), *(row(r) for r in results)]:
+    for cells in [header, *rows]:
         lines.append(f"   * - {cells[0]}")
         lines.extend(f"     - {cell}" for cell in cells[1:])
     return "\n".join(lines)
@@ -290,22 +296,50 @@ def _partition_table(results: list[Result]) -> str:
 
 
 def write(
-    results: list[Result], *, short: bool, freeze: float, cut: float, skipped: dict[str, str]
+    results: list[Result],
+    *,
+    short: bool,
+    freeze: float,
+    cut: float,
+    skipped: dict[str, str],
+    leaders: list[leader_check.LeaderResult] | None = None,
 ) -> Path:
-    """Write docs/faults.rst from ``results``; its path."""
-    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    """Write docs/faults.rst from ``results`` and ``leaders``; its path. A part with no results
+    (the lock scenarios' or the leadership scenarios', after LEADERSHIP_MARK) is kept as the
+    file has it: a run of the leadership scenarios alone rewrites only their section."""
+    existing = PATH.read_text() if PATH.exists() else ""
+    kept_main, _, kept_leaders = existing.partition(LEADERSHIP_MARK)
+    main = _main_part(results, short, freeze, cut, skipped) if results else kept_main
+    if leaders:
+        led = LEADERSHIP_MARK + _leadership(leaders, short)
+    else:
+        led = LEADERSHIP_MARK + kept_leaders if kept_leaders else ""
+    PATH.write_text(main.rstrip("\n") + "\n\n" + led if led else main)
+    return PATH
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _machine() -> str:
+    return f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores; {_versions()}"
+
+
+def _main_part(
+    results: list[Result], short: bool, freeze: float, cut: float, skipped: dict[str, str]
+) -> str:
     run = (
         "short run (CI's scenarios, one fault each)"
         if short
         else "long run (three faults each, one partition each)"
     )
-    machine = f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores"
     parts = [
         INTRO,
         "This run",
         "--------",
         "",
-        f"{now}, {run}, Redis freeze {freeze:g} s, partitions {cut:g} s; {machine}; {_versions()}.",
+        f"{_now()}, {run}, Redis freeze {freeze:g} s, partitions {cut:g} s; {_machine()}.",
         *(f"Not run: the {name} scenarios ({why})." for name, why in skipped.items()),
         "",
         _table(results),
@@ -315,5 +349,72 @@ def write(
         EXPLAINED,
         PARTITIONS,
     ]
-    PATH.write_text("\n".join(parts))
-    return PATH
+    return "\n".join(parts)
+
+
+#: Where the leadership scenarios' section begins (an RST comment, unseen in the page).
+LEADERSHIP_MARK = ".. The leadership scenarios (faults/leader.py) from here on.\n"
+
+LEADERSHIP = f"""
+Leadership
+----------
+
+The leadership scenarios (``leader-*``, faults/leader.py) run {SUPERVISORS} supervisors, each
+``manage.py locks lead {NAME} --timeout LEASE --grace {GRACE:g} -- python
+faults/leader_child.py ...`` in a process group of its own, on one redis-server. The child a
+supervisor starts while it leads records when it started (its first statement) with its epoch
+(``DJANGO_REDIS_LOCK_EPOCH``), then loops: work {WORK:g} s, write the counter with
+``fenced_update(Counter.objects.filter(name=...), epoch, value=F("value") + 1)``, the epoch as
+an int token, and record the write, accepted or refused, in the same transaction; SIGTERM ends
+it with a record. Once a supervisor leads, its child wrote and the others wait in the queue, the
+controller strikes the leading supervisor:
+
+- ``leader-kill``: SIGKILL of the supervisor alone. Its child is orphaned and goes on writing
+  with its old epoch (as documented: the epoch protects the data); a follower leads once the
+  lease has run out, at most the lease and one renewal period (a third of the lease) after the
+  kill.
+- ``leader-term``: SIGTERM, with a {HANDOVER_LEASE:g} s lease. The supervisor stops its child,
+  then resigns: the follower leads at once, its child starting within {HANDOVER_BOUND:g} s.
+- ``leader-stop``: SIGSTOP of the leader's whole group (supervisor and child) until a follower
+  led and its child wrote; then the child is resumed first, and the supervisor once the child
+  tried a write with its old epoch (resumed together, the supervisor can find the loss and stop
+  its child before it writes). Every write of the resumed child must be refused.
+
+Columns: *children* the children started; *writes* accepted; *refused* refused by the fence;
+*late acc.* writes accepted with an epoch below that of a child already started (an orphan's
+before the new epoch wrote anything: fencing cannot know of a grant the store has not seen);
+*stale acc.* writes accepted with an epoch below one the store had accepted (never allowed);
+*resumed acc.* writes of a stopped leader accepted once it was resumed (never allowed);
+*current overlaps* two children at once that both held a current epoch, an epoch being current
+from its child's start until a child with a higher one starts (never allowed: two children of
+one epoch, or a child started after one with a higher epoch); *two children s* the seconds two
+children ran at once (a current one and a deposed one: an orphan, a stopped leader's; never at a
+hand-over); *takeover* from the fault to the start of the next leader's child, median and
+longest over the faults (a long run fails one over *bound s*, a short run reports it); *hangs*
+a process that did not stop when told. The same times over more runs, with a 1 s and a 3 s
+lease after a SIGKILL and a 30 s one at a hand-over: ``python3 dev.py bench leader``
+(bench/leader.py).
+"""
+
+
+def _leadership(leaders: list[leader_check.LeaderResult], short: bool) -> str:
+    header, cells = list(leader_check.COLUMNS), [leader_check.row(r) for r in leaders]
+    run = "short run (one fault each)" if short else "long run (three faults each)"
+    lines = [LEADERSHIP, f"This run: {_now()}, {run}; {_machine()}.", ""]
+    lines += [_list_table(header, cells), ""]
+    for result in leaders:
+        scenario = result.outcome.scenario
+        seen = "as promised" if result.passed else "VIOLATED: " + "; ".join(result.violations)
+        faults = "; ".join(f.detail for f in result.outcome.faults)
+        takeovers = ", ".join(f"{t:.2f}" if t is not None else "none" for t in result.takeovers)
+        lines += [
+            f"``{scenario.name}`` (lease {scenario.lease:g} s)",
+            f"    Promised: {scenario.promise}.",
+            f"    Faults: {len(result.outcome.faults)} ({faults}).",
+            f"    Seen: {result.children} children, {result.sections} writes accepted, "
+            f"{result.refused} refused, {result.late_accepted} late, {result.stale_accepted} "
+            f"stale, {result.current_overlaps} current overlaps, {result.two_children:.2f} s of "
+            f"two children, takeovers {takeovers} s: {seen}.",
+            "",
+        ]
+    return "\n".join(lines)

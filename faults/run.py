@@ -26,8 +26,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from faults.check import Result, check, table  # noqa: E402
-from faults.scenarios import LONG_CUT, SCENARIOS, SHORT_CUT, Run, scratch  # noqa: E402
+from faults import leader_check  # noqa: E402
+from faults.check import Result, check, table, text_table  # noqa: E402
+from faults.leader import LEADER_SCENARIOS, LeaderRun, LeaderScenario  # noqa: E402
+from faults.scenarios import LONG_CUT, SCENARIOS, SHORT_CUT, Run, Scenario, scratch  # noqa: E402
 
 # What each topology needs beyond the standard library and Django.
 CLUSTER_NEEDS = ("testproject.cluster", "django_valkey")
@@ -58,12 +60,13 @@ def main() -> int:
     parser.add_argument("--write", action="store_true", help="write docs/faults.rst")
     parser.add_argument("scenarios", nargs="*", metavar="SCENARIO", help="default: all")
     options = parser.parse_args()
-    known = {scenario.name: scenario for scenario in SCENARIOS}
+    everything: list[Scenario | LeaderScenario] = [*SCENARIOS, *LEADER_SCENARIOS]
+    known = {scenario.name: scenario for scenario in everything}
     unknown = [name for name in options.scenarios if name not in known]
     if unknown:
         parser.error(f"unknown scenario {', '.join(unknown)}; known: {', '.join(known)}")
     chosen = [known[name] for name in options.scenarios]
-    chosen = chosen or [s for s in SCENARIOS if s.short or not options.short]
+    chosen = chosen or [s for s in known.values() if s.short or not options.short]
     skipped = {name: why for name in NEEDS if (why := missing(name))}
     for name, why in skipped.items():
         if any(s.topology == name for s in chosen):
@@ -77,27 +80,41 @@ def main() -> int:
     repeats, freeze, cut = (1, 3.0, SHORT_CUT) if options.short else (3, 7.0, LONG_CUT)
     started = time.monotonic()
     results: list[Result] = []
+    leaders: list[leader_check.LeaderResult] = []  # the leadership scenarios' own figures
     for scenario in chosen:
         print(f"faults: {scenario.name} ...", file=sys.stderr, flush=True)
         with scratch() as directory:
-            outcome = Run(scenario, directory, repeats, freeze, cut).play()
-            result = check(outcome, demand_shows=not options.short)
-        results.append(result)
-        verdict = "ok" if result.passed else "FAIL: " + "; ".join(result.violations)
-        print(f"faults: {scenario.name}: {outcome.seconds:.1f} s, {verdict}", file=sys.stderr)
-    print(table(results))
-    print(f"\n{len(results)} scenarios in {time.monotonic() - started:.0f} s", end="")
+            if isinstance(scenario, LeaderScenario):
+                led = LeaderRun(scenario, directory, repeats).play()
+                leaders.append(leader_check.check(led, demand_bounds=not options.short))
+                seconds, violations = led.seconds, leaders[-1].violations
+            else:
+                outcome = Run(scenario, directory, repeats, freeze, cut).play()
+                results.append(check(outcome, demand_shows=not options.short))
+                seconds, violations = outcome.seconds, results[-1].violations
+        verdict = "FAIL: " + "; ".join(violations) if violations else "ok"
+        print(f"faults: {scenario.name}: {seconds:.1f} s, {verdict}", file=sys.stderr)
+    if results:
+        print(table(results))
+    if leaders:
+        print(text_table(list(leader_check.COLUMNS), [leader_check.row(r) for r in leaders]))
+    print(
+        f"\n{len(results) + len(leaders)} scenarios in {time.monotonic() - started:.0f} s", end=""
+    )
     print(f" ({'short' if options.short else 'long'} run)")
     for name, why in skipped.items():
         print(f"{name} scenarios not run: {why}")
     if options.write:
         from faults.report import write
 
-        path = write(results, short=options.short, freeze=freeze, cut=cut, skipped=skipped)
+        path = write(
+            results, short=options.short, freeze=freeze, cut=cut, skipped=skipped, leaders=leaders
+        )
         print(f"wrote {path.relative_to(ROOT)}")
-    failed = [r for r in results if not r.passed]
-    for result in failed:
-        print(f"FAIL {result.outcome.scenario.name}: {'; '.join(result.violations)}")
+    failed = [(r.outcome.scenario.name, r.violations) for r in results if not r.passed]
+    failed += [(r.outcome.scenario.name, r.violations) for r in leaders if not r.passed]
+    for name, violations in failed:
+        print(f"FAIL {name}: {'; '.join(violations)}")
     return 1 if failed else 0
 
 

@@ -128,10 +128,17 @@ class Store:
         return int(row.fetchone()[0])
 
     def write(
-        self, worker: int, hold: Lock, start: float, read_value: int | None, *, fenced: bool = True
+        self,
+        worker: int,
+        hold: Lock | int,
+        start: float,
+        read_value: int | None,
+        *,
+        fenced: bool = True,
     ) -> tuple[bool, float]:
-        """Write under ``hold`` with the ORM (``fenced_update``); record the section, in the
-        same transaction. (accepted, commit time)
+        """Write under ``hold`` (a held lock, or a leader's epoch: an int token) with the ORM
+        (``fenced_update``); record the section, in the same transaction. (accepted, commit
+        time)
 
         ``read_value`` None: the store increments (fenced, unless ``fenced`` is False: a
         semaphore's holders write side by side); else it stores read_value + 1.
@@ -143,7 +150,7 @@ class Store:
         from django_redis_lock import StaleFencingToken, fenced_update
         from faults.models import Counter
 
-        token = hold.fencing_token
+        token = hold if isinstance(hold, int) else hold.fencing_token
         assert token is not None
         counter = Counter.objects.filter(name=COUNTER)
         with transaction.atomic():
@@ -165,11 +172,12 @@ class Store:
                 )
         return accepted, end
 
-    def event(self, worker: int, kind: str, detail: str = "") -> None:
-        """Record an event of this worker now."""
+    def event(self, worker: int, kind: str, detail: str = "", at: float | None = None) -> None:
+        """Record an event of this worker, at ``at`` (monotonic; None: now)."""
+        moment = time.monotonic() if at is None else at
         self.connection.execute(
             "INSERT INTO events VALUES (?, ?, ?, ?, ?)",
-            (worker, os.getpid(), kind, time.monotonic(), detail[:500]),
+            (worker, os.getpid(), kind, moment, detail[:500]),
         )
 
     def fault(self, kind: str, start: float, end: float, detail: str = "") -> None:

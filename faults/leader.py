@@ -1,0 +1,383 @@
+"""The leadership scenarios: supervisors (``manage.py locks lead``) whose children write the
+store with their epoch, and the faults that strike the leading one.
+
+Each scenario starts its topology and a fresh store, runs SUPERVISORS processes of
+``manage.py locks lead faults:leader --timeout LEASE --grace GRACE -- python
+faults/leader_child.py ...``, each in a process group of its own (with its child), waits until
+one leads, its child writes and the others wait in the queue, then strikes the leading
+supervisor: SIGKILL (its child is orphaned and goes on writing with its old epoch), SIGTERM
+(the hand-over: the child is stopped, then the supervisor resigns), or SIGSTOP of its whole
+group (supervisor and child) until a follower led and wrote, then SIGCONT (the child writes
+late with its old epoch before its supervisor learns the loss and stops it). Every wait is
+bounded. The checker (faults/leader_check.py) reads the store.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from faults.scenarios import (
+    LEASE,
+    RECOVERY_TIMEOUT,
+    SOCKET_TIMEOUT,
+    START_TIMEOUT,
+    STOP_SLACK,
+    WORK,
+    wait_for,
+)
+from faults.store import Fault, Store, create
+from faults.topologies import CACHE, TOPOLOGIES, Topology
+from testproject.redis_server import die_with_parent
+
+ROOT = Path(__file__).resolve().parent.parent
+CHILD = ROOT / "faults" / "leader_child.py"
+NAME = "faults:leader"
+SUPERVISORS = 3
+# SIGTERM to SIGKILL, for a child: the suite's child stops at once on SIGTERM.
+GRACE = 2.0
+# The lease of the hand-over scenario: long, so that a hand-over that waited it out would show.
+HANDOVER_LEASE = 30.0
+# The issue's bound for a hand-over on SIGTERM: the follower's child starts within a second.
+HANDOVER_BOUND = 1.0
+# How long a supervisor may take to start (Django) and queue, or to exit when told.
+SUPERVISOR_TIMEOUT = 20.0
+
+
+@dataclass(frozen=True)
+class LeaderScenario:
+    """One fault against the leading supervisor, and what the documentation promises."""
+
+    name: str
+    topology: str
+    fault: str  # "supervisor-kill", "supervisor-term", "leader-stop"
+    promise: str
+    lease: float = LEASE
+    short: bool = False
+    socket_timeout: float | None = SOCKET_TIMEOUT
+    wait_replicas: int = 0
+
+    @property
+    def bound(self) -> float | None:
+        """Seconds from the fault to the follower's child's start, at most (None: no bound).
+        After a SIGKILL the lease runs out at most a lease after the last renewal, which was
+        at most a renewal period (a third of the lease) before the kill."""
+        if self.fault == "supervisor-kill":
+            return self.lease + self.lease / 3
+        if self.fault == "supervisor-term":
+            return HANDOVER_BOUND
+        return None
+
+
+LEADER_SCENARIOS = [
+    LeaderScenario(
+        "leader-kill",
+        "single",
+        "supervisor-kill",
+        "a SIGKILLed leading supervisor is replaced within its lease and one renewal period "
+        "(a third of the lease): the follower's child starts by then; the orphaned child goes "
+        "on with its old epoch, and once the new epoch wrote, the store refuses every write of "
+        "it; never two children with a current epoch",
+        short=True,
+    ),
+    LeaderScenario(
+        "leader-term",
+        "single",
+        "supervisor-term",
+        "SIGTERM to the leading supervisor stops its child, then resigns: the follower's child "
+        "starts within a second although the lease is 30 s; never two children running",
+        lease=HANDOVER_LEASE,
+        short=True,
+    ),
+    LeaderScenario(
+        "leader-stop",
+        "single",
+        "leader-stop",
+        "a leader stopped (SIGSTOP, supervisor and child) past its lease loses the leadership; "
+        "resumed after the new leader wrote, its child's late writes with the old epoch are "
+        "all refused and its supervisor stops it; never two children with a current epoch",
+        short=True,
+    ),
+]
+
+
+@dataclass
+class LeaderOutcome:
+    """What a leadership scenario recorded, for the checker."""
+
+    scenario: LeaderScenario
+    store: Path
+    faults: list[Fault]
+    hung_at_stop: list[int] = field(default_factory=list)
+    seconds: float = 0.0
+    # The epoch that led when each fault struck, in the faults' order.
+    struck: list[int] = field(default_factory=list)
+
+
+class LeaderRun:
+    """One leadership scenario being played: its topology, store, supervisors, faults."""
+
+    def __init__(self, scenario: LeaderScenario, directory: Path, repeats: int) -> None:
+        self.scenario = scenario
+        self.directory = directory
+        self.repeats = repeats
+        self.topology: Topology = TOPOLOGIES[scenario.topology]()
+        self.store_path = directory / "store.sqlite3"
+        self.stop_file = directory / "stop"
+        self.supervisors: dict[int, subprocess.Popen[bytes]] = {}
+        self.faults: list[Fault] = []
+        self.struck: list[int] = []
+        self.env: dict[str, str] = {}
+
+    # -- supervisors -----------------------------------------------------------------------------
+
+    def spawn(self, index: int) -> None:
+        """Start supervisor ``index`` (again, after a fault), in a process group of its own."""
+        s = self.scenario
+        child = [sys.executable, str(CHILD), str(self.store_path), str(index), str(WORK)]
+        lead = ["locks", "lead", NAME, "--timeout", f"{s.lease:g}", "--grace", f"{GRACE:g}"]
+        command = [sys.executable, str(ROOT / "manage.py"), *lead, "--", *child]
+        log = open(self.directory / f"supervisor-{index}.log", "ab")  # noqa: SIM115 (the child's)
+        with log:
+            self.supervisors[index] = subprocess.Popen(
+                [*command, str(self.stop_file)],
+                cwd=ROOT,
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # its group: the supervisor and its child
+                preexec_fn=die_with_parent(),
+            )
+
+    def leading(self) -> tuple[int, int, int]:
+        """Wait (bounded) until a running supervisor leads: its index, pid and epoch."""
+        from django_redis_lock import get_lock_manager
+
+        def found() -> tuple[int, int, int] | None:
+            info = get_lock_manager().get("leader:" + NAME)
+            match = re.search(r"\bpid (\d+)", info.owner) if info is not None else None
+            if info is None or match is None:
+                return None
+            for index, process in self.supervisors.items():
+                if process.pid == int(match[1]) and process.poll() is None:
+                    return index, process.pid, info.fencing_token
+            return None
+
+        leading: tuple[int, int, int] = wait_for(found, SUPERVISOR_TIMEOUT, "a supervisor to lead")
+        return leading
+
+    def queued(self) -> int:
+        """How many supervisors wait in the leadership's queue."""
+        from django_redis import get_redis_connection
+
+        from django_redis_lock.runtime import runtime
+
+        queue = runtime().for_locks(None).keys_for("leader:" + NAME).queue
+        return int(get_redis_connection(CACHE).zcard(queue))
+
+    def stop_all(self, store: Store) -> list[int]:
+        """Stop the supervisors (SIGTERM) and every child (the stop file: orphans too); wait,
+        bounded; SIGKILL the groups of those that hung, and return their pids."""
+        self.stop_file.touch()
+        for process in self.supervisors.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGCONT)
+                process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + GRACE + WORK + STOP_SLACK
+        hung = []
+        for process in self.supervisors.values():
+            try:
+                process.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                hung.append(process.pid)
+        children = {e.pid for e in store.events() if e.kind == "child-start"}
+        ended = {e.pid for e in store.events() if e.kind in ("child-stop", "child-exit")}
+        for pid in children - ended:  # an orphan still writing, or one that died by signal
+            if _wait_gone(pid, max(0.0, deadline - time.monotonic())):
+                continue
+            hung.append(pid)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        for process in self.supervisors.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=STOP_SLACK)
+        return hung
+
+    # -- faults ----------------------------------------------------------------------------------
+
+    def _ready(self, store: Store, since: float) -> tuple[int, int, int]:
+        """Wait (bounded) until a supervisor leads, its child wrote since ``since`` and every
+        other supervisor waits in the queue: the leading one's index, pid and epoch."""
+        leading = self.leading()
+
+        def wrote() -> bool:
+            row = store.connection.execute(
+                "SELECT 1 FROM sections WHERE accepted AND token = ? AND start >= ? LIMIT 1",
+                (leading[2], since),
+            ).fetchone()
+            return row is not None
+
+        wait_for(wrote, RECOVERY_TIMEOUT, "the leader's child to write")
+        wait_for(lambda: self.queued() >= SUPERVISORS - 1, SUPERVISOR_TIMEOUT, "the followers")
+        return leading
+
+    def _new_epoch_wrote(self, store: Store, epoch: int) -> bool:
+        row = store.connection.execute(
+            "SELECT 1 FROM sections WHERE accepted AND token > ? LIMIT 1", (epoch,)
+        ).fetchone()
+        return row is not None
+
+    def inject(self, store: Store, index: int, pid: int, epoch: int) -> Fault:
+        """Strike the leading supervisor ``pid`` once; the fault."""
+        plays: dict[str, Callable[[Store, int, int, int], tuple[float, str]]] = {
+            "supervisor-kill": self._kill,
+            "supervisor-term": self._term,
+            "leader-stop": self._stop,
+        }
+        start, detail = plays[self.scenario.fault](store, index, pid, epoch)
+        end = time.monotonic()
+        return Fault(self.scenario.fault, start, end, time.time() - (end - start), detail)
+
+    def _kill(self, store: Store, index: int, pid: int, epoch: int) -> tuple[float, str]:
+        start = time.monotonic()
+        os.kill(pid, signal.SIGKILL)  # the supervisor only: its child is orphaned
+        self.supervisors[index].wait(timeout=STOP_SLACK)
+        self.spawn(index)
+        return start, f"leading supervisor pid {pid} (epoch {epoch}) killed (SIGKILL)"
+
+    def _term(self, store: Store, index: int, pid: int, epoch: int) -> tuple[float, str]:
+        start = time.monotonic()
+        os.kill(pid, signal.SIGTERM)
+        self.supervisors[index].wait(timeout=GRACE + STOP_SLACK)
+        self.spawn(index)
+        return start, f"leading supervisor pid {pid} (epoch {epoch}) sent SIGTERM"
+
+    def _stop(self, store: Store, index: int, pid: int, epoch: int) -> tuple[float, str]:
+        """Stop the leader's group until a new leader's child wrote; resume its child first,
+        and its supervisor once the child tried a write with the old epoch (else the
+        supervisor, finding the loss at once, could stop the child before it writes)."""
+        child = self._child_of(store, epoch)
+        start = time.monotonic()
+        os.killpg(pid, signal.SIGSTOP)  # the supervisor and its child
+        try:
+            wait_for(lambda: self._new_epoch_wrote(store, epoch), RECOVERY_TIMEOUT, "a new leader")
+            resumed = time.monotonic()
+            os.kill(child, signal.SIGCONT)
+
+            def tried() -> bool:
+                row = store.connection.execute(
+                    "SELECT 1 FROM sections WHERE pid = ? AND end >= ? LIMIT 1", (child, resumed)
+                ).fetchone()
+                return row is not None
+
+            with contextlib.suppress(RuntimeError):  # the checker counts what was written
+                wait_for(tried, WORK + STOP_SLACK, "the resumed child to write")
+        finally:
+            os.killpg(pid, signal.SIGCONT)
+        return start, (
+            f"leading supervisor pid {pid} and its child (epoch {epoch}) stopped (SIGSTOP) "
+            f"{resumed - start:.2f} s, until a new leader's child wrote; the child resumed "
+            f"first, the supervisor {time.monotonic() - resumed:.2f} s later"
+        )
+
+    def _child_of(self, store: Store, epoch: int) -> int:
+        """The pid of the child started with ``epoch``."""
+        row = store.connection.execute(
+            "SELECT pid FROM events WHERE kind = 'child-start' AND detail = ?", (f"epoch {epoch}",)
+        ).fetchone()
+        return int(row[0])
+
+    def _after(self, store: Store, fault: Fault, epoch: int) -> None:
+        """Wait (bounded) until a new epoch wrote and, after a stop, the resumed supervisor
+        stopped its child (and queued again)."""
+        with contextlib.suppress(RuntimeError):  # the checker reports what did not happen
+            wait_for(lambda: self._new_epoch_wrote(store, epoch), RECOVERY_TIMEOUT, "recovery")
+            if self.scenario.fault == "leader-stop":
+
+                def child_stopped() -> bool:
+                    row = store.connection.execute(
+                        "SELECT 1 FROM events WHERE kind = 'child-stop' AND detail = ? "
+                        "AND at >= ? LIMIT 1",
+                        (f"epoch {epoch}", fault.end),
+                    ).fetchone()
+                    return row is not None
+
+                wait_for(child_stopped, RECOVERY_TIMEOUT, "the resumed leader to stop its child")
+
+    # -- the run ---------------------------------------------------------------------------------
+
+    def play(self) -> LeaderOutcome:
+        """Start everything, strike the leader ``repeats`` times, stop everything."""
+        from django.test.utils import override_settings
+
+        started = time.monotonic()
+        create(self.store_path)
+        store = Store(self.store_path)
+        self.topology.start()
+        hung: list[int] = []
+        try:
+            s = self.scenario
+            settings = self.topology.settings(s.socket_timeout, s.wait_replicas)
+            self.env = {
+                **os.environ,
+                "DJANGO_SETTINGS_MODULE": "faults.settings",
+                "FAULTS_SETTINGS": json.dumps(supervisor_settings(settings)),
+                "PYTHONPATH": str(ROOT),
+            }
+            with override_settings(**settings):
+                for index in range(SUPERVISORS):
+                    self.spawn(index)
+                try:
+                    self._faults(store)
+                finally:
+                    hung = self.stop_all(store)
+        finally:
+            self.topology.stop()
+        outcome = LeaderOutcome(s, self.store_path, self.faults, hung, time.monotonic() - started)
+        outcome.struck = self.struck
+        store.close()
+        return outcome
+
+    def _faults(self, store: Store) -> None:
+        since = time.monotonic() - START_TIMEOUT
+        for _ in range(self.repeats):
+            index, pid, epoch = self._ready(store, since)
+            fault = self.inject(store, index, pid, epoch)
+            self.faults.append(fault)
+            self.struck.append(epoch)
+            store.fault(fault.kind, fault.start, fault.end, fault.detail)
+            self._after(store, fault, epoch)
+            since = time.monotonic()
+        time.sleep(1.0)  # a last second of normal work after the last recovery
+
+
+def _wait_gone(pid: int, timeout: float) -> bool:
+    """Whether process ``pid`` (not a child of this one) is gone within ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.01)
+
+
+def supervisor_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    """The topology's settings with a "default" cache too: a management command runs Django's
+    system checks, which require one (the workers of the other scenarios run none)."""
+    default = {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+    return {**settings, "CACHES": {"default": default, **settings["CACHES"]}}
