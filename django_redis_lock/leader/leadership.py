@@ -19,13 +19,14 @@ from typing import Any
 
 from django_redis_lock.core.lock import Lock
 from django_redis_lock.exceptions import LeadershipLost, LockBusy, LockError
+from django_redis_lock.ops.records import LEADER_PREFIX
 from django_redis_lock.signals import lock_lost
 from django_redis_lock.validation import validate_name
 
 logger = logging.getLogger("django_redis_lock")
 
 #: The name a leadership's lock has: a prefix of its own, so that operators see it as such.
-PREFIX = "leader:"
+PREFIX = LEADER_PREFIX
 
 # The leaderships under way, by the id of their lock: lock_lost reaches them through it.
 _leading: weakref.WeakValueDictionary[int, Leadership] = weakref.WeakValueDictionary()

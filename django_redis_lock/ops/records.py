@@ -33,6 +33,10 @@ class LockPage:
     unanswered: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
+#: What a leadership's lock name starts with (``leader(name)`` holds ``leader:<name>``).
+LEADER_PREFIX = "leader:"
+
+
 @dataclass(frozen=True)
 class LockInfo:
     """A held lock as operators see it."""
@@ -57,10 +61,17 @@ class LockInfo:
     limit: int | None = None
 
     @property
+    def leadership(self) -> bool:
+        """Whether the lock is a leadership's (``leader(name)`` holds ``leader:<name>``): its
+        fencing token is the leadership's epoch, its owner the leader."""
+        return self.kind == "lock" and self.name.startswith(LEADER_PREFIX)
+
+    @property
     def held_as(self) -> str:
-        """What is held, for people: ``""`` for a lock, ``semaphore of 3``, ``read``, ``write``."""
+        """What is held, for people: ``""`` for a lock, ``leader``, ``semaphore of 3``,
+        ``read``, ``write``."""
         if self.kind == "lock":
-            return ""
+            return "leader" if self.leadership else ""
         if self.kind == "semaphore":  # its limit unknown when the stored one is not a number
             return "semaphore" if self.limit is None else f"semaphore of {self.limit}"
         return self.kind

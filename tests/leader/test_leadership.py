@@ -8,9 +8,11 @@ import threading
 from decimal import Decimal
 
 import pytest
+import redis
 from django.db.models import F
 
 from django_redis_lock import (
+    Leadership,
     LeadershipLost,
     LockBusy,
     StaleFencingToken,
@@ -18,6 +20,7 @@ from django_redis_lock import (
     get_lock_manager,
     leader,
 )
+from django_redis_lock.runtime import runtime
 from testproject.models import Account
 from tests.helpers import start, wait_until
 
@@ -35,8 +38,7 @@ def test_one_leader_at_a_time_and_each_new_leadership_has_a_higher_epoch() -> No
             with pytest.raises(LockBusy), leader("beat", blocking_timeout=0):
                 pass
             lead.check()  # leads: no error
-        assert not lead.is_leader
-        assert lead.epoch is None
+        assert state(lead) == (False, None)  # resigned
     assert epochs == sorted(set(epochs))
 
 
@@ -68,7 +70,7 @@ def test_a_lost_leadership_sets_lost_and_check_raises_and_the_block_ends_with_th
 
 
 def test_an_async_body_is_cancelled_with_leadership_lost() -> None:
-    reached = []
+    reached: list[object] = []
 
     async def main() -> None:
         async with leader("lost:async", timeout=LEASE) as lead:
@@ -93,13 +95,21 @@ def test_an_async_body_that_ends_before_any_loss_resigns() -> None:
     assert isinstance(asyncio.run(main()), int)
 
 
-def test_a_leader_that_resigns_hands_over_to_a_waiting_follower_at_once() -> None:
+def test_a_leader_that_resigns_hands_over_to_a_waiting_follower_at_once(
+    redis_client: redis.Redis,
+) -> None:
     led = threading.Event()
     leading = leader("handover", timeout=30)
     leading.acquire()
     follower = leader("handover", timeout=30)
-    waiting = start(lambda: follower.acquire(blocking_timeout=10) and led.set())
-    wait_until(lambda: get_lock_manager().get("leader:handover") is not None)
+
+    def follow() -> None:
+        if follower.acquire(blocking_timeout=10):
+            led.set()
+
+    waiting = start(follow)
+    queue = runtime().for_locks(None).keys_for(leading.lock.name).queue
+    wait_until(lambda: redis_client.zcard(queue) == 1)  # the follower waits in line
     assert not led.is_set()
     first = leading.epoch
     leading.release()  # resigns: a 30 s lease is not waited out
@@ -139,3 +149,8 @@ def test_the_epoch_fences_a_deposed_leaders_late_write() -> None:
 def test_bad_input_is_refused_at_the_call(options: dict[str, object], error: type) -> None:
     with pytest.raises(error):
         leader(**options)  # type: ignore[arg-type]
+
+
+def state(lead: Leadership) -> tuple[bool, int | None]:
+    """Whether ``lead`` leads, and its epoch."""
+    return lead.is_leader, lead.epoch

@@ -18,6 +18,7 @@ import pytest
 import redis
 
 from django_redis_lock import get_lock_manager
+from django_redis_lock.backends.base import text_of
 
 ROOT = Path(__file__).resolve().parents[2]
 # The lease of most tests: long, so that a hand-over that waited it out would show.
@@ -75,7 +76,7 @@ class Supervisors:
         found = self.client.blpop([f"{name}:started"], timeout=timeout)
         if found is None:
             return None
-        epoch, pid = (int(part) for part in found[1].decode().split(":"))
+        epoch, pid = (int(part) for part in text_of(found[1]).split(":"))
         return epoch, pid
 
     def next_stop(self, name: str, timeout: float = WAIT) -> int | None:

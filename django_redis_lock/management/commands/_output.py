@@ -23,7 +23,7 @@ COLUMNS = ("NAME", "TTL", "OWNER", "LABEL", "ACQUIRED", "TOKEN")
 _FLEXIBLE = frozenset({"NAME", "OWNER", "LABEL"})
 _SMALLEST_FLEXIBLE = 12
 # What a shown name ends with when a semaphore or read/write lock holds it: kept whole.
-_KIND = re.compile(r" \[(?:semaphore(?: of [0-9]+)?|read|write)\]$")
+_KIND = re.compile(r" \[(?:semaphore(?: of [0-9]+)?|read|write|leader)\]$")
 
 
 def terminal_width(stream: TextIO | Any, default: int) -> int:
@@ -53,6 +53,7 @@ def as_json(info: LockInfo) -> dict[str, Any]:
         **({"primaries": list(info.primaries)} if info.primaries else {}),
         **({"unanswered": list(info.unanswered)} if info.unanswered else {}),
         **({"kind": info.kind} if info.kind != "lock" else {}),
+        **({"leader": True, "epoch": info.fencing_token} if info.leadership else {}),
         **({"limit": info.limit} if info.limit is not None else {}),
     }
 
