@@ -128,7 +128,7 @@ class Lock(LockFlows):
         wait, limit = wait_options(
             blocking, blocking_timeout, self._blocking, self._blocking_timeout
         )
-        if wait and limit != 0 and asyncio._get_running_loop() is not None:
+        if wait and limit != 0 and asyncio._get_running_loop() is not None:  # noqa: SLF001  asyncio's one way to ask for a running loop without raising
             raise RuntimeError(
                 f"Lock.acquire() of {self.name!r} would block the running event loop while it "
                 "waits: use `await lock.aacquire()` (or `async with`), or acquire(blocking=False)."
