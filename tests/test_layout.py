@@ -1,5 +1,6 @@
 """The package's shape, kept: layers that import only downwards, no import circle, no module
-over 400 lines, no block of code written twice (issue 22).
+over 400 lines, no block of code written twice (issue 22), no module reaching into another
+object's private attributes or importing another module's private names (issue 37).
 
 Read from the source with ``ast``, imports inside functions included, so that a shortcut taken
 to dodge a circle shows here too.
@@ -194,5 +195,82 @@ def test_the_core_knows_backends_by_their_protocol_only() -> None:
         if module.startswith(f"{NAME}.core.")
         for target in sorted(targets)
         if target.rpartition(".")[2] in topologies and ".backends." in target
+    ]
+    assert reaches == []
+
+
+#: Private attributes of other libraries the package must read, each for its reason (the same
+#: lines tell ruff's SLF001 why, in their noqa comment). Any other ``x._name`` with ``x`` not
+#: ``self`` or ``cls`` reaches into this package's own objects: give it a public seam instead.
+THIRD_PARTY_PRIVATE = {
+    "_meta": "Django's documented Model _meta API",
+    "_state": "Django's documented model instance state (and celery._state)",
+    "_db": "Django's queryset: the database it was routed to",
+    "_params": "Django's cache: the options it was made with",
+    "_cache": "Django's RedisCache: its client, which it exposes no other way",
+    "_request": "Django REST framework's Request: the HttpRequest it wraps",
+    "_get_running_loop": "asyncio: the running loop, without raising",
+    "_actions": "argparse: a parser's options",
+    "_add_action": "argparse: add an Action object",
+    "_get_current_object": "Celery's proxy: the object behind it",
+    "_get_active_apps": "Celery's app registry",
+    "_set_current_app": "Celery's app registry",
+    "_tls": "Celery's app registry",
+    "_sock": "redis-py/valkey-py connection: whether it is connected",
+    "_writer": "redis-py/valkey-py asyncio connection: its stream",
+    "_reader": "redis-py/valkey-py asyncio connection: its stream",
+    "_connections": "redis-py/valkey-py asyncio cluster node: its connections",
+    "_require_full_coverage": "redis-py cluster: an option kept only on its nodes manager",
+    "_dynamic_startup_nodes": "redis-py cluster: an option kept only on its nodes manager",
+    "_replace": "a named tuple's documented API",
+    "_retries": "redis-py/valkey-py Retry: how many retries it makes",
+}
+# getattr(x, "_name") and its kin reach as ``x._name`` does.
+_BY_NAME = frozenset({"getattr", "setattr", "hasattr", "delattr"})
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def private_reaches(module: str, path: Path, known: dict[str, Path]) -> list[str]:
+    """Where ``module`` reads or writes another object's private attribute (``x._name``, or
+    ``getattr(x, "_name")``, ``x`` not ``self``, ``cls`` or ``super()``), or imports another
+    module's private name; third-party internals aside (:data:`THIRD_PARTY_PRIVATE`)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        target: ast.expr | None = None
+        name = ""
+        if isinstance(node, ast.Attribute):
+            target, name = node.value, node.attr
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in _BY_NAME
+            and len(node.args) >= 2
+            and isinstance(node.args[1], ast.Constant)
+            and isinstance(node.args[1].value, str)
+        ):
+            target, name = node.args[0], node.args[1].value
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(NAME):
+            for alias in node.names:  # a module named _x (Django skips it as a command) is fine
+                if _private(alias.name) and f"{node.module}.{alias.name}" not in known:
+                    found.append(f"{module}:{node.lineno} imports {node.module}.{alias.name}")
+            continue
+        if target is None or not _private(name) or name in THIRD_PARTY_PRIVATE:
+            continue
+        if isinstance(target, ast.Name) and target.id in ("self", "cls"):
+            continue
+        if isinstance(target, ast.Call) and getattr(target.func, "id", None) == "super":
+            continue
+        found.append(f"{module}:{node.lineno} reaches {ast.unparse(target)}.{name}")
+    return found
+
+
+def test_no_module_reaches_into_another_objects_private_attributes() -> None:
+    """A room uses another room's front door: a public seam, not ``x._name``."""
+    known = modules()
+    reaches = [
+        reach for module, path in known.items() for reach in private_reaches(module, path, known)
     ]
     assert reaches == []

@@ -18,12 +18,12 @@ from django_redis_lock.backends import errors
 from django_redis_lock.backends.clients import Client
 from django_redis_lock.scripts import ScriptName
 
-# Marks where a lock name sits in a key built by the cache's key function.
-_NAME_MARK = "\x00name\x00"
-# Hex digits of the per-name hash tag: 48 bits keep collisions (harmless) rare.
-_TAG_LENGTH = 12
-# Length of "{<tag>}:l:", the text between the namespace and the name in a lock key.
-_TAG_FRAME = _TAG_LENGTH + 5
+#: Marks where a lock name sits in a key built by the cache's key function.
+NAME_MARK = "\x00name\x00"
+#: Hex digits of the per-name hash tag: 48 bits keep collisions (harmless) rare.
+TAG_LENGTH = 12
+#: Length of "{<tag>}:l:", the text between the namespace and the name in a lock key.
+TAG_FRAME = TAG_LENGTH + 5
 
 
 @dataclass(frozen=True)
@@ -239,7 +239,7 @@ def demoted(error: Exception) -> bool:
 
 def tag(name: str) -> str:
     """The Redis Cluster hash tag of the keys of lock ``name``."""
-    return hashlib.blake2b(name.encode(), digest_size=_TAG_LENGTH // 2).hexdigest()
+    return hashlib.blake2b(name.encode(), digest_size=TAG_LENGTH // 2).hexdigest()
 
 
 def glob_escape(text: str) -> str:

@@ -133,7 +133,7 @@ SENTINEL_POOLS = (
 def client_for(cache: BaseCache) -> Client:
     """The raw client (redis-py's or valkey-py's) that writes to the primary of ``cache``."""
     if isinstance(cache, DjangoRedisCache):
-        return cache._cache.get_client(write=True)
+        return cache._cache.get_client(write=True)  # noqa: SLF001  Django's RedisCache exposes its client only as _cache
     if not instance_of(cache, *SUPPORTED_CACHES):
         raise ImproperlyConfigured(
             f"{type(cache).__module__}.{type(cache).__qualname__} is not a Redis cache locks can "
@@ -282,7 +282,7 @@ def hang_up(client: Client) -> None:
             # Hung up: the connection must not warn of itself as unclosed when collected
             # (valkey-py's warning fails on a Sentinel connection whose pool is gone).
             with contextlib.suppress(AttributeError):
-                connection._writer = connection._reader = None
+                connection._writer = connection._reader = None  # noqa: SLF001  the libraries offer no public way to drop a dead stream
 
 
 def _connections_of(client: Client) -> Iterator[Any]:

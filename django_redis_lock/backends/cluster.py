@@ -177,8 +177,8 @@ def _async_cluster_options(client: Client) -> dict[str, Any]:
     manager = client.nodes_manager
     options.update(
         address_remap=manager.address_remap,
-        require_full_coverage=manager._require_full_coverage,
-        dynamic_startup_nodes=manager._dynamic_startup_nodes,
+        require_full_coverage=manager._require_full_coverage,  # noqa: SLF001  redis-py keeps these cluster options only on its manager
+        dynamic_startup_nodes=manager._dynamic_startup_nodes,  # noqa: SLF001  redis-py keeps these cluster options only on its manager
         read_from_replicas=client.read_from_replicas,
         reinitialize_steps=client.reinitialize_steps,
         cluster_error_retry_attempts=client.cluster_error_retry_attempts,

@@ -146,7 +146,7 @@ class Lane:
             with contextlib.suppress(Exception):
                 connection.disconnect()
 
-    def _forget(self) -> None:
+    def drop_after_fork(self) -> None:
         """In a forked child: drop the parent's connections, unused (the parent's sockets are
         not shut down: the client library only closes them in another process)."""
         self._idle, self._made, self._mutex = [], 0, threading.Lock()
@@ -185,7 +185,7 @@ def _call(connection: Any, command: tuple[Any, ...]) -> Any:
 
 def _forget_all() -> None:
     for lane in list(_LANES):
-        lane._forget()
+        lane.drop_after_fork()
 
 
 if hasattr(os, "register_at_fork"):

@@ -36,9 +36,9 @@ from django.core.exceptions import ImproperlyConfigured
 from django_redis_lock.backends import errors
 from django_redis_lock.backends.base import Backend, LockKeys, demoted
 from django_redis_lock.backends.quorum_replies import (
-    _ALL_KEYS,
-    _NOT_ASKED,
-    _SCRIPTS,
+    ALL_KEYS_SCRIPTS,
+    NOT_ASKED,
+    QUORUM_SCRIPTS,
     Fan,
     MemberAway,
     QuorumPlans,
@@ -147,7 +147,7 @@ class QuorumBackend(QuorumPlans):
         return all(member.listable for member in self.members)
 
     def parts(self, keys: LockKeys, script: ScriptName) -> list[tuple[Backend, LockKeys, str]]:
-        quorum_script = _SCRIPTS.get(script, script)
+        quorum_script = QUORUM_SCRIPTS.get(script, script)
         return [(member, member.keys_for(keys.lock), quorum_script) for member in self.members]
 
     def run(self, script: ScriptName, keys: Sequence[str | bytes], args: Sequence[Any]) -> Any:
@@ -200,7 +200,7 @@ class QuorumBackend(QuorumPlans):
 
     def member_keys(self, member: LockBackend, script: ScriptName, name: str) -> Sequence[str]:
         keys = member.keys_for(name)
-        if script in _ALL_KEYS:
+        if script in ALL_KEYS_SCRIPTS:
             return keys.all
         if script == "extend":
             return (keys.lock, keys.stats)
@@ -255,7 +255,7 @@ class QuorumBackend(QuorumPlans):
         return replies
 
     def _fan(self, fan: Fan) -> list[Any]:
-        replies: list[Any] = [_NOT_ASKED] * len(self.members)
+        replies: list[Any] = [NOT_ASKED] * len(self.members)
         sent: list[_Sent] = []
         connections = self._connections()
         shared: dict[tuple[str, str], bytes] = {}  # the arguments all members get, packed once
@@ -361,7 +361,7 @@ class QuorumBackend(QuorumPlans):
         return connections
 
     async def _afan(self, fan: Fan) -> list[Any]:
-        replies: list[Any] = [_NOT_ASKED] * len(self.members)
+        replies: list[Any] = [NOT_ASKED] * len(self.members)
         asked = self._asked(fan, replies)
 
         async def one(i: int) -> Any:

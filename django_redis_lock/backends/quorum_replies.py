@@ -29,20 +29,17 @@ DRIFT_FACTOR = 0.01
 DRIFT_MS = 2
 # How far ahead of this process's clock the proposed token is: enough for the primaries'
 # clocks to be behind it during the round trip, so that they all grant the proposal.
-_PROPOSAL_LEAD_US = 100_000
-# How far ahead of this process's clock the proposed token is: enough for the primaries'
-# clocks to be behind it during the round trip, so that they all grant the proposal.
 PROPOSAL_LEAD_US = 100_000
 
-# The quorum version of each script the Lock runs by name; the others run as they are.
-_SCRIPTS: dict[ScriptName, ScriptName] = {
+#: The quorum version of each script the Lock runs by name; the others run as they are.
+QUORUM_SCRIPTS: dict[ScriptName, ScriptName] = {
     "acquire": "quorum_acquire",
     "release": "quorum_release",
     "leave": "quorum_leave",
     "force_release": "quorum_force",
 }
-# Scripts that take all of a lock's keys; the others take the lock key only.
-_ALL_KEYS = frozenset(_SCRIPTS.values())
+#: Scripts that take all of a lock's keys; the others take the lock key only.
+ALL_KEYS_SCRIPTS = frozenset(QUORUM_SCRIPTS.values())
 
 
 class MemberAway(ConnectionError):
@@ -67,8 +64,8 @@ class Fan(NamedTuple):
 
 #: A quorum operation: yields Fans, receives their replies, returns the combined reply.
 Plan = Generator[Fan, Any, Any]
-# What a primary not asked by a Fan gets in the replies.
-_NOT_ASKED: Any = None
+#: What a primary not asked by a Fan gets in the replies.
+NOT_ASKED: Any = None
 
 
 class QuorumPlans:
@@ -92,7 +89,7 @@ class QuorumPlans:
         if script == "acquire":
             return self._acquiring(name, args)
         if script in ("release", "leave"):
-            return self._freeing(name, _SCRIPTS[script], args)
+            return self._freeing(name, QUORUM_SCRIPTS[script], args)
         if script == "extend":
             return self._extending(name, args)
         if script == "read":
@@ -241,7 +238,7 @@ class QuorumPlans:
         holds: dict[Any, list[list[Any]]] = {}
         answered = 0
         for reply in replies:
-            if isinstance(reply, Exception) or reply is _NOT_ASKED:
+            if isinstance(reply, Exception) or reply is NOT_ASKED:
                 continue
             answered += 1
             values = scripts.decode_read(reply)

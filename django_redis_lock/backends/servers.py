@@ -8,8 +8,9 @@ grants; a replica left with the old primary by a partition lets it go on grantin
 
 The facts come from ``INFO`` (managed services often disable ``CONFIG``), read on a connection
 of its own with a short timeout, so a server that does not answer costs a probe that long and
-is reported, never raised. The system checks (``checks.py``), the first lock call of each
-process (``runtime.py``) and ``manage.py locks doctor`` read them through this module.
+is reported, never raised. The system checks (``checks/caches.py``), the first lock call of
+each process (``runtime/__init__.py``) and ``manage.py locks doctor`` (``ops/doctor.py``) read
+them through this module.
 """
 
 from __future__ import annotations

@@ -21,9 +21,9 @@ from django.core.exceptions import ImproperlyConfigured
 from django_redis_lock import scripts
 from django_redis_lock.backends import errors
 from django_redis_lock.backends.base import (
-    _NAME_MARK,
-    _TAG_FRAME,
-    _TAG_LENGTH,
+    NAME_MARK,
+    TAG_FRAME,
+    TAG_LENGTH,
     Backend,
     EncodedKeys,
     LockKeys,
@@ -105,11 +105,11 @@ class LockBackend:
 
     def _key_frame(self) -> tuple[str, str] | None:
         """The text the key function puts before and after a lock name, if it keeps names."""
-        key = self.make_key(f"{self.namespace}:{{{'0' * _TAG_LENGTH}}}:l:{_NAME_MARK}")
-        if key.count(_NAME_MARK) != 1:
+        key = self.make_key(f"{self.namespace}:{{{'0' * TAG_LENGTH}}}:l:{NAME_MARK}")
+        if key.count(NAME_MARK) != 1:
             return None
-        before, after = key.split(_NAME_MARK)
-        return before[:-_TAG_FRAME], after
+        before, after = key.split(NAME_MARK)
+        return before[:-TAG_FRAME], after
 
     @property
     def lane(self) -> Lane | None:
@@ -132,7 +132,7 @@ class LockBackend:
                 "so held locks cannot be listed."
             )
         before, after = frame
-        tag = "?" * _TAG_LENGTH
+        tag = "?" * TAG_LENGTH
         return f"{glob_escape(before)}{{{tag}}}:{kind}:{name_pattern}{glob_escape(after)}"
 
     def name_from_key(self, key: str) -> str | None:
@@ -140,15 +140,15 @@ class LockBackend:
         hash tag is not its name's (someone else wrote it: no ``lock()`` reaches that key)."""
         assert self._frame is not None
         before, after = self._frame
-        name = key[len(before) + _TAG_FRAME : len(key) - len(after)]
+        name = key[len(before) + TAG_FRAME : len(key) - len(after)]
         tag_at = len(before) + 1  # ``before`` ends with "<namespace>:"; then "{<tag>}:l:"
-        return name if key[tag_at : tag_at + _TAG_LENGTH] == tag(name) else None
+        return name if key[tag_at : tag_at + TAG_LENGTH] == tag(name) else None
 
     def kind_of_key(self, key: str) -> str:
         """The letter of a key found by :meth:`scan_pattern`: "l" a lock's, "m" the holders
         of a semaphore, "r" of a read/write lock, "s" statistics."""
         assert self._frame is not None
-        return key[len(self._frame[0]) + _TAG_FRAME - 2]
+        return key[len(self._frame[0]) + TAG_FRAME - 2]
 
     def channel(self, process_id: str) -> str:
         """The pub/sub channel on which grants for one process arrive."""

@@ -51,6 +51,7 @@ class LockFlows:
 
     name: str
     label: str | None
+    template: str | None
     fencing_token: int | None
     lost: bool
     _losing: bool
@@ -67,6 +68,8 @@ class LockFlows:
     _hold: Hold | None
     _waited_ms: int
     _was_busy: bool
+    _metered: metrics.HoldRecord | None
+    _label: str | None
 
     # -- acquire ---------------------------------------------------------------------------
 
@@ -197,7 +200,9 @@ class LockFlows:
             )
             runtime().watchdog.add(self._hold)
         logger.debug("Acquired lock %r (fencing token %s).", self.name, self.fencing_token)
-        metrics.began(self)
+        observed = metrics.observers()
+        if observed:
+            self._metered = metrics.began(self, self._metrics_label(), observed)
         signals.send(signals.lock_acquired, self, self.fencing_token)
         return True
 
@@ -227,7 +232,7 @@ class LockFlows:
             # back (a retry by this object then finds the lock released by it, quietly)
             release = self._keys.script("release")
             runtime().watchdog.settle(Settle(self._backend, self._keys, args, release))
-            metrics.ended(self)  # this process holds it no more: the watchdog gives it back
+            self._metrics_ended()  # this process holds it no more: the watchdog gives it back
             raise
         token = self.fencing_token
         self._forget()
@@ -238,7 +243,7 @@ class LockFlows:
                 "(it expired or was force-released) when it was released."
             )
         logger.debug("Released lock %r.", self.name)
-        metrics.ended(self)
+        self._metrics_ended()
         signals.send(signals.lock_released, self, token)
         return bool(released == _HANDED_OVER)
 
@@ -325,14 +330,29 @@ class LockFlows:
             self.name,
             token,
         )
-        metrics.lost(self, cause)
+        self._metrics_ended(cause)
         # Marked lost once counted: whoever sees ``lost`` sees the loss in the metrics too.
         self.lost = True
         signals.send(signals.lock_lost, self, token)
 
-    def _lost_by_watchdog(self, secret: str, cause: str = metrics.EXPIRED) -> None:
-        """The watchdog found the hold of ``secret`` gone (from its thread), or could not
-        renew it before its lease ended (``cause``): a loss, unless this object released that
-        hold, or took another, meanwhile."""
+    def hold_lost(self, secret: str, cause: str = metrics.EXPIRED) -> None:
+        """Called by the watchdog (from its thread) when it found the hold of ``secret`` gone,
+        or could not renew it before its lease ended (``cause``): a loss, unless this object
+        released that hold, or took another, meanwhile. Not for application code."""
         if secret == self._secret:
             self._lose(cause=cause)
+
+    # -- metrics ---------------------------------------------------------------------------
+
+    def _metrics_label(self) -> str:
+        """This lock's ``lock`` label, asked of the metrics once a lock."""
+        label = self._label
+        if label is None:
+            label = self._label = metrics.label_for(self.template)
+        return label
+
+    def _metrics_ended(self, cause: str | None = None) -> None:
+        """The observers that saw the current hold begin see it end (``cause``: lost)."""
+        record, self._metered = self._metered, None  # taken once: a release and a loss race
+        if record is not None:
+            metrics.ended(self, record, cause)

@@ -79,8 +79,8 @@ class Lock(LockFlows):
         self.name = validate_name(name)
         #: The name's template: the ``lock`` label of the lock's metrics.
         self.template = validate_template(template)
-        # When the hold began and the metrics observers that saw it, if any observe it.
-        self._held_at: tuple[float, tuple[metrics.Observer, ...]] | None = None
+        # The current hold as the metrics saw it begin, if any observe it.
+        self._metered: metrics.HoldRecord | None = None
         self._label: str | None = None  # its metrics' lock label, once known
         ms = validate_timeout(timeout, "timeout") if timeout is not None else None
         #: Whether the timeout is the statistics' suggestion (``timeout="auto"``).
@@ -132,7 +132,7 @@ class Lock(LockFlows):
         wait, limit = wait_options(
             blocking, blocking_timeout, self._blocking, self._blocking_timeout
         )
-        if wait and limit != 0 and asyncio._get_running_loop() is not None:
+        if wait and limit != 0 and asyncio._get_running_loop() is not None:  # noqa: SLF001  asyncio's one way to ask for a running loop without raising
             raise RuntimeError(
                 f"Lock.acquire() of {self.name!r} would block the running event loop while it "
                 "waits: use `await lock.aacquire()` (or `async with`), or acquire(blocking=False)."
@@ -141,7 +141,7 @@ class Lock(LockFlows):
         observed = metrics.observers()
         if not observed:
             return drive(self._backend, self._acquiring(wait, limit, owner), self.name)
-        call = metrics.Acquisition(self, observed)
+        call = metrics.Acquisition(self, self._metrics_label(), self._backend, observed)
         try:
             acquired = drive(self._backend, self._acquiring(wait, limit, owner), self.name)
         except BaseException as exc:
@@ -161,7 +161,7 @@ class Lock(LockFlows):
         observed = metrics.observers()
         if not observed:
             return await adrive(self._backend, self._acquiring(wait, limit, owner), self.name)
-        call = metrics.Acquisition(self, observed)
+        call = metrics.Acquisition(self, self._metrics_label(), self._backend, observed)
         try:
             acquired = await adrive(self._backend, self._acquiring(wait, limit, owner), self.name)
         except BaseException as exc:

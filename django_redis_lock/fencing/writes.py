@@ -286,6 +286,7 @@ class FencedModelMixin:
             )
             if later:
                 raise _refused(fence, base_qs.model, later)
-            if not cast("models.Model", self)._state.adding:  # read from the database
+            # Read from the database (Django documents Model._state.adding):
+            if not cast("models.Model", self)._state.adding:  # noqa: SLF001  Django's own API
                 raise _deleted(fence, base_qs.model, pk_val)
         return updated

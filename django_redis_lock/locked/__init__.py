@@ -8,9 +8,10 @@ closed (or dropped unclosed).
 
 This module checks the options and decides, once per decorated callable, how it is called
 (sync or async, a function, a class-based view, a method handed over by ``method_decorator``).
-How a name is made: :mod:`~django_redis_lock.naming`; how a call runs:
-:mod:`~django_redis_lock.wrapping`; the HTTP answers: :mod:`~django_redis_lock.responses`;
-Django REST framework, Celery and ``method_decorator``: :mod:`~django_redis_lock.integrations`.
+How a name is made: :mod:`~django_redis_lock.locked.naming`; how a call runs:
+:mod:`~django_redis_lock.locked.calls`; the HTTP answers:
+:mod:`~django_redis_lock.locked.responses`; Django REST framework, Celery and
+``method_decorator``: :mod:`~django_redis_lock.locked.integrations`.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ def locked(
 
     ``name`` is a constant, a template formatted from the call's bound arguments
     (``"invoice:{invoice_id}"``, ``"import:user:{request.user.pk}"``; a view's URL kwargs count as
-    arguments; :mod:`django_redis_lock.naming` says how values are escaped and which fields are
+    arguments; :mod:`django_redis_lock.locked.naming`: how values are escaped, which fields are
     refused), or a callable receiving the call's arguments. ``blocking_timeout`` (default 0:
     never tie up a worker) is how long to wait for a busy lock. When it stays busy, views answer
     ``REDIS_LOCK["BUSY_STATUS"]`` (423) with Retry-After, functions and tasks raise LockBusy;

@@ -33,7 +33,7 @@ def celery_task_id() -> str | None:
         return None
     from celery import current_task
 
-    task = current_task._get_current_object()
+    task = current_task._get_current_object()  # noqa: SLF001  Celery's proxy gives the task itself only this way
     if task is None or task.request.called_directly:
         return None
     return str(task.request.id)

@@ -27,6 +27,7 @@ from django_redis_lock.metrics.base import (
     RENEWAL_FAILED,
     TIMEOUT,
     UNAVAILABLE,
+    HoldRecord,
     Observer,
 )
 
@@ -40,11 +41,11 @@ __all__ = [
     "TIMEOUT",
     "UNAVAILABLE",
     "Acquisition",
+    "HoldRecord",
     "Observer",
     "began",
     "ended",
-    "label_of",
-    "lost",
+    "label_for",
     "observers",
     "renewal",
     "reset",
@@ -121,17 +122,10 @@ def _opentelemetry() -> Observer | None:
     return OpenTelemetryObserver() if configured() else None
 
 
-def label_of(lock: Any) -> str:
-    """The ``lock`` label of ``lock``: its template, else METRICS_OTHER (read once a lock)."""
-    label: str | None = lock._label
-    if label is None:
-        label = lock._label = _bounded(lock.template)
-    return label
-
-
-def _bounded(template: str | None) -> str:
-    """``template`` as a label, unless METRICS_MAX_LABELS others were given out: then, as
-    for no template, METRICS_OTHER."""
+def label_for(template: str | None) -> str:
+    """The ``lock`` label of a lock of ``template``: the template, unless METRICS_MAX_LABELS
+    others were given out; then, as for no template, METRICS_OTHER. A lock asks once and keeps
+    the answer, so that its acquires and holds keep one label."""
     global _capped
     if template is not None and template in _labels:  # the common case: no lock taken
         return template
@@ -159,16 +153,19 @@ def _bounded(template: str | None) -> str:
 
 
 class Acquisition:
-    """One acquire call, observed: begun by the constructor, ended by :meth:`done`."""
+    """One acquire call of ``lock`` (labelled ``label``) on ``backend``, observed by
+    ``observed``: begun by the constructor, ended by :meth:`done`."""
 
     __slots__ = ("label", "lock", "observed", "started", "starts")
 
-    def __init__(self, lock: Any, observed: tuple[Observer, ...]) -> None:
-        self.lock, self.observed, self.label = lock, observed, label_of(lock)
+    def __init__(self, lock: Any, label: str, backend: Any, observed: tuple[Observer, ...]) -> None:
+        self.lock, self.observed, self.label = lock, observed, label
         self.started = time.monotonic()
         # Only an observer that traces has something to start (a span).
         traced = any(observer.traces for observer in observed)
-        self.starts = [_started(each, self.label, lock) for each in observed] if traced else None
+        self.starts = (
+            [_started(each, label, lock, backend) for each in observed] if traced else None
+        )
 
     def done(self, acquired: bool, waiting: bool, error: BaseException | None = None) -> None:
         """The call returned ``acquired`` (``waiting``: it could wait) or raised ``error``."""
@@ -186,55 +183,40 @@ class Acquisition:
                 _failed()
 
 
-def _started(observer: Observer, label: str, lock: Any) -> Any:
+def _started(observer: Observer, label: str, lock: Any, backend: Any) -> Any:
     if not observer.traces:
         return None
     try:
-        return observer.start_acquire(label, lock)
+        return observer.start_acquire(label, lock, backend)
     except Exception:
         _failed()
         return None
 
 
-def began(lock: Any) -> None:
-    """A hold of ``lock`` began (the lock notes when, if anyone observes)."""
-    observed = observers()
-    if not observed:
-        return
-    # Its end goes to the observers that saw it begin, whatever METRICS says by then (a
-    # gauge of holds must come down).
-    lock._held_at = (time.monotonic(), observed)
-    label = label_of(lock)
+def began(lock: Any, label: str, observed: tuple[Observer, ...]) -> HoldRecord:
+    """A hold of ``lock`` (labelled ``label``) began, seen by ``observed`` (the lock asks
+    only when :func:`observers` are some); the lock keeps the record for :func:`ended`."""
+    record = HoldRecord(label, time.monotonic(), observed)
     for observer in observed:
         try:
             observer.began(label, lock)
         except Exception:
             _failed()
+    return record
 
 
-def ended(lock: Any) -> None:
-    """The hold of ``lock`` ended by its release."""
-    began_by, lock._held_at = lock._held_at, None
-    if began_by is None:
-        return
-    held_at, observed = began_by
-    held, label = time.monotonic() - held_at, label_of(lock)
-    for observer in observed:
+def ended(lock: Any, record: HoldRecord, cause: str | None = None) -> None:
+    """The hold of ``lock`` that began as ``record`` ended: by its release (``cause`` None),
+    or found lost for ``cause``."""
+    held, label = time.monotonic() - record.began_at, record.label
+    for observer in record.observed:
         try:
-            observer.ended(label, lock, held)
+            if cause is None:
+                observer.ended(label, lock, held)
+            else:
+                observer.lost(label, lock, cause, held)
         except Exception:
             _failed()
-
-
-def lost(lock: Any, cause: str) -> None:
-    """The hold of ``lock`` was found lost, for ``cause``."""
-    began_by, lock._held_at = lock._held_at, None
-    if began_by is None:
-        return
-    held_at, observed = began_by
-    held, label = time.monotonic() - held_at, label_of(lock)
-    for observer in observed:
-        _safely(observer.lost, label, lock, cause, held)
 
 
 def renewal(outcome: str) -> None:

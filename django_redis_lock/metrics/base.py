@@ -17,8 +17,9 @@ class Observer:
     #: Whether :meth:`start_acquire` starts something (a span): else it is not called.
     traces = False
 
-    def start_acquire(self, label: str, lock: Any) -> Any:
-        """An acquire call begins; what :meth:`end_acquire` gets back."""
+    def start_acquire(self, label: str, lock: Any, backend: Any) -> Any:
+        """An acquire call begins, of ``lock`` on ``backend`` (its Redis: an ``alias``, a
+        topology); what :meth:`end_acquire` gets back."""
         return None
 
     def end_acquire(
@@ -41,3 +42,15 @@ class Observer:
 
     def unavailable(self, alias: str) -> None:
         """A call could not reach the Redis of cache ``alias``, or it answered an error."""
+
+
+class HoldRecord:
+    """One hold as the metrics see it, kept by its lock from ``metrics.began()`` to
+    ``metrics.ended()``: its ``lock`` label, when it began (monotonic seconds) and the
+    observers that saw it begin. Its end goes to those observers, whatever METRICS says by
+    then: a gauge of holds must come down."""
+
+    __slots__ = ("began_at", "label", "observed")
+
+    def __init__(self, label: str, began_at: float, observed: tuple[Observer, ...]) -> None:
+        self.label, self.began_at, self.observed = label, began_at, observed

@@ -42,10 +42,9 @@ class OpenTelemetryObserver(Observer):
             "lock.lost", unit="{hold}", description="Holds found lost, by cause."
         )
 
-    def start_acquire(self, label: str, lock: Any) -> Any:
+    def start_acquire(self, label: str, lock: Any, backend: Any) -> Any:
         if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
             return None  # no SDK set up (yet): no span to make, at no cost
-        backend = lock._backend
         span = self.tracer.start_span(
             "lock.acquire",
             kind=trace.SpanKind.INTERNAL,

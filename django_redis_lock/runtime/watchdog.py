@@ -42,11 +42,11 @@ RENEW_FRACTION = 1 / 3
 # The shortest pause between two failed renewals of a lock.
 _MIN_RETRY_SECONDS = 0.05
 # The longest pause between two tries to settle an attempt, and how long it is tried at most.
-_MAX_LEAVE_RETRY_SECONDS = 0.5
-LEAVE_GIVE_UP_SECONDS = 600.0
+_MAX_SETTLE_RETRY_SECONDS = 0.5
+SETTLE_GIVE_UP_SECONDS = 600.0
 # The most attempts waiting to be settled; beyond it (a long outage) the oldest grants that may
 # exist are left to end with their lease.
-_MAX_LEAVES = 10_000
+_MAX_SETTLES = 10_000
 
 
 class HoldOwner(Protocol):
@@ -54,8 +54,9 @@ class HoldOwner(Protocol):
 
     fencing_token: int | None
 
-    def _lost_by_watchdog(self, secret: str, cause: str) -> None:
-        """The hold of ``secret`` was found gone, or could not be renewed in time."""
+    def hold_lost(self, secret: str, cause: str) -> None:
+        """The hold of ``secret`` was found gone, or could not be renewed in time (``cause``:
+        a metrics cause); called from the watchdog's thread, outside its lock."""
 
 
 class Hold:
@@ -130,7 +131,7 @@ class Settle:
         self.keys = keys
         self.args = args  # the script's: secret, tombstone ms
         self.script = script
-        self.give_up = time.monotonic() + LEAVE_GIVE_UP_SECONDS
+        self.give_up = time.monotonic() + SETTLE_GIVE_UP_SECONDS
         self.delay = _MIN_RETRY_SECONDS
         self.watched = True
 
@@ -160,7 +161,7 @@ class Watchdog:
         self._ticking = False
         # When the thread wakes next on its own; a hold due earlier needs a wake-up call.
         self._wakes_at = float("inf")
-        self._leaves = 0  # calls scheduled to be settled
+        self._settles = 0  # calls scheduled to be settled
         # Until when each Redis counts as away: settling waits instead of trying every call.
         self._away: dict[Backend, float] = {}
 
@@ -178,19 +179,20 @@ class Watchdog:
         hold.watched = False  # the thread drops it when it comes across it
         self._incoming.pop(id(hold), None)  # atomic; if the thread took it, it is in the heap
 
-    def settle(self, leave: Settle) -> None:
-        """Send LEAVE for an attempt whose outcome is unknown, until Redis answers."""
-        parts = leave.backend.parts(leave.keys, leave.script)
-        if parts != [(leave.backend, leave.keys, leave.script)]:  # on each primary, on its own
+    def settle(self, call: Settle) -> None:
+        """Run ``call``'s script (LEAVE for an attempt, RELEASE again for a release) until
+        Redis answers."""
+        parts = call.backend.parts(call.keys, call.script)
+        if parts != [(call.backend, call.keys, call.script)]:  # on each primary, on its own
             for backend, keys, script in parts:
-                self.settle(Settle(backend, keys, leave.args, script))
+                self.settle(Settle(backend, keys, call.args, script))
             return
         with self._cond:
-            if self._leaves >= _MAX_LEAVES:
+            if self._settles >= _MAX_SETTLES:
                 logger.warning("Too many lock attempts to settle; a grant may outlive its caller.")
                 return
-            self._leaves += 1
-            self._schedule(leave, time.monotonic())
+            self._settles += 1
+            self._schedule(call, time.monotonic())
             self._start()
 
     def _start(self) -> None:
@@ -248,7 +250,7 @@ class Watchdog:
             while True:
                 for item in self._next_batch():
                     if isinstance(item, Settle):
-                        self._leave(item)
+                        self._settle(item)
                         continue
                     try:
                         self._renew(item)
@@ -310,32 +312,32 @@ class Watchdog:
                 delay = min(hold.interval, max(_MIN_RETRY_SECONDS, (hold.lease_end - now) / 2))
                 self._schedule(hold, now + delay)
 
-    def _leave(self, leave: Settle) -> None:
+    def _settle(self, call: Settle) -> None:
         now = time.monotonic()
-        away_until = self._away.get(leave.backend, 0.0)
-        if now < away_until < leave.give_up:  # a try on this Redis just failed: wait with it
+        away_until = self._away.get(call.backend, 0.0)
+        if now < away_until < call.give_up:  # a try on this Redis just failed: wait with it
             with self._cond:
-                self._schedule(leave, away_until)
+                self._schedule(call, away_until)
             return
         try:
-            leave.backend.run(leave.script, leave.keys.all, leave.args)
+            call.backend.run(call.script, call.keys.all, call.args)
         except Exception as exc:
             # A cluster failing over answers too (CLUSTERDOWN, MOVED): it is still away.
             answered = isinstance(exc, errors.RESPONSE) and not isinstance(exc, errors.CLUSTER_AWAY)
             if answered:  # Redis answered: there is nothing to wait for
                 logger.warning("Could not settle an interrupted lock call: %s", exc)
-            elif now < leave.give_up:  # Redis still away (or another library's error)
-                leave.delay = min(leave.delay * 2, _MAX_LEAVE_RETRY_SECONDS)
-                self._away[leave.backend] = now + leave.delay  # one try per Redis meanwhile
+            elif now < call.give_up:  # Redis still away (or another library's error)
+                call.delay = min(call.delay * 2, _MAX_SETTLE_RETRY_SECONDS)
+                self._away[call.backend] = now + call.delay  # one try per Redis meanwhile
                 with self._cond:
-                    self._schedule(leave, now + leave.delay)
+                    self._schedule(call, now + call.delay)
                 return
             else:
                 logger.warning("Gave up settling an interrupted lock call: %s", exc)
         else:
-            self._away.pop(leave.backend, None)
+            self._away.pop(call.backend, None)
         with self._cond:
-            self._leaves -= 1
+            self._settles -= 1
 
     def _lose(self, hold: Hold, cause: str = metrics.EXPIRED) -> None:
         with self._cond:
@@ -344,4 +346,4 @@ class Watchdog:
             hold.watched = False
         owner = hold.owner()  # called outside the lock: it sends lock_lost
         if owner is not None:
-            owner._lost_by_watchdog(hold.secret, cause)
+            owner.hold_lost(hold.secret, cause)

@@ -15,8 +15,8 @@ _SLICE_MARK = "__NEXT_WAITER_SLICE_MS__"
 # Helpers of every script that may grant or free a lock. They come after a script's fast path
 # for a lock nobody waits for, which then skips defining them (each definition costs time on
 # every call); that path repeats the few lines of grant() or tombstone() it needs.
-# _CLOCK: the lease constants and the server's clock, which semaphores' scripts share.
-_CLOCK = (
+#: The lease constants and the server's clock, which semaphores' scripts share.
+CLOCK_LUA = (
     f"local HANDOVER_LEASE_MS = {_LEASE_MARK}\n"
     f"local NEXT_WAITER_SLICE_MS = {_SLICE_MARK}\n"
     + """
@@ -27,7 +27,7 @@ end
 """
 )
 _PRELUDE = (
-    _CLOCK
+    CLOCK_LUA
     + """
 -- ``last``: the lock's last token if read already (false: none), nil to read it here;
 -- ``released``: the secret of the hold released just before (field r), if any.
@@ -56,7 +56,8 @@ end
 """
 )
 
-_QUEUE_PRELUDE = """
+#: The queue's helpers (waiter entries, the queue's order), which semaphores' scripts share.
+QUEUE_PRELUDE_LUA = """
 -- Whether a decoded waiter entry is one these scripts write: anything else (another program's
 -- value in the waiters hash) is dropped as a dead waiter, never an error for every caller.
 local function waiter(entry)
@@ -179,7 +180,7 @@ if not holder and (held[2] or redis.call('EXISTS', queue) == 0) then
 end
 """
     + _PRELUDE
-    + _QUEUE_PRELUDE
+    + QUEUE_PRELUDE_LUA
     + STATS_LUA
     + """
 if holder == secret then
@@ -254,7 +255,7 @@ if not head then  -- nobody waits: tombstone() inline
 end
 """
     + _PRELUDE
-    + _QUEUE_PRELUDE
+    + QUEUE_PRELUDE_LUA
     + """
 -- The grant sets r in the same command; the lock's token was read above.
 if hand_over(KEYS[1], KEYS[2], KEYS[3], now, held[4], ARGV[1], head) then return 2 end
@@ -271,7 +272,7 @@ return 1
 # compared as numbers: a token written by someone else as '0005' is the hold listed as 5.
 FORCE_RELEASE = (
     _PRELUDE
-    + _QUEUE_PRELUDE
+    + QUEUE_PRELUDE_LUA
     + """
 local held = redis.call('HMGET', KEYS[1], 's', 't', 'o', 'l', 'a')
 if not held[1] then return {} end
@@ -293,7 +294,7 @@ return {held[2], held[3], held[4], held[5] or held[2], how}
 # knew it held the lock, so nobody may release it quietly later.
 LEAVE = (
     _PRELUDE
-    + _QUEUE_PRELUDE
+    + QUEUE_PRELUDE_LUA
     + """
 local now = now_us()
 if redis.call('HGET', KEYS[1], 's') == ARGV[1] then

@@ -21,7 +21,7 @@ long as the tombstone timeout.
 
 from __future__ import annotations
 
-from django_redis_lock.scripts.queue import _CLOCK, _QUEUE_PRELUDE
+from django_redis_lock.scripts.queue import CLOCK_LUA, QUEUE_PRELUDE_LUA
 from django_redis_lock.scripts.stats import STATS_LUA
 from django_redis_lock.validation import MAX_TIMEOUT
 
@@ -30,9 +30,9 @@ _REMEMBERED = 16
 
 _SHARED_PRELUDE = (
     f"local MAX_TIMEOUT_MS = {MAX_TIMEOUT * 1000}\n"
-    + _CLOCK
+    + CLOCK_LUA
     + STATS_LUA
-    + _QUEUE_PRELUDE
+    + QUEUE_PRELUDE_LUA
     + """
 -- Whether a decoded field is a live holder as these scripts write one, and as a listing can
 -- show it: a lease in whole ms that has not ended and is at most MAX_TIMEOUT long, a token of

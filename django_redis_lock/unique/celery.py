@@ -17,13 +17,7 @@ from typing import Any
 
 from django_redis_lock.locked.naming import Naming
 from django_redis_lock.unique.enqueue import enqueue_once
-from django_redis_lock.unique.keys import (
-    PREFIX,
-    TaskKey,
-    UniqueSpec,
-    finished,
-    started,
-)
+from django_redis_lock.unique.keys import PREFIX, TaskKey, UniqueSpec, finished, started
 
 logger = logging.getLogger("django_redis_lock")
 
@@ -61,7 +55,7 @@ def unique_celery_task(task: Any, spec: UniqueSpec) -> Any:
             _mark(found, spec)
 
     def mark_everywhere(*args: Any, **kwargs: Any) -> None:
-        for app in list(_state._get_active_apps()):
+        for app in list(_state._get_active_apps()):  # noqa: SLF001  Celery's app registry has no public API for it
             if app.finalized:
                 mark_in(app)
 
@@ -74,7 +68,7 @@ def unique_celery_task(task: Any, spec: UniqueSpec) -> Any:
     _connect_signals()
     _state.connect_on_app_finalize(on_finalize)
     if isinstance(task, PromiseProxy):  # @app.task before its app is finalized: when evaluated
-        task.__then__(lambda: _mark(task._get_current_object(), spec))
+        task.__then__(lambda: _mark(task._get_current_object(), spec))  # noqa: SLF001  Celery's proxy gives its object only this way
     elif not isinstance(task, Proxy):
         _mark(task, spec)
     mark_everywhere()
@@ -93,15 +87,15 @@ def _instance_in(task: Any, app: Any) -> Any:
     if isinstance(task, Proxy) and not isinstance(task, PromiseProxy):
         # @shared_task's proxy is the current app's instance: make it ``app`` for a moment
         # (this thread's current app; the one before is put back).
-        before = getattr(_state._tls, "current_app", None)
-        _state._set_current_app(app)
+        before = getattr(_state._tls, "current_app", None)  # noqa: SLF001  Celery's app registry has no public API for it
+        _state._set_current_app(app)  # noqa: SLF001  Celery's app registry has no public API for it
         try:
-            return task._get_current_object()
+            return task._get_current_object()  # noqa: SLF001  Celery's proxy gives its object only this way
         except KeyError:  # NotRegistered: not a task of this app
             return None
         finally:
-            _state._set_current_app(before)
-    origin = task._get_current_object() if isinstance(task, Proxy) else task
+            _state._set_current_app(before)  # noqa: SLF001  Celery's app registry has no public API for it
+    origin = task._get_current_object() if isinstance(task, Proxy) else task  # noqa: SLF001  Celery's proxy gives its object only this way
     if origin.app is app:
         return origin
     found = app.tasks.get(origin.name)

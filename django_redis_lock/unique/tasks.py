@@ -23,13 +23,7 @@ from typing import Any
 from django_redis_lock.exceptions import AlreadyQueued
 from django_redis_lock.locked.naming import Naming
 from django_redis_lock.unique.enqueue import arun, enqueuing, run
-from django_redis_lock.unique.keys import (
-    PREFIX,
-    TaskKey,
-    UniqueSpec,
-    finished,
-    started,
-)
+from django_redis_lock.unique.keys import PREFIX, TaskKey, UniqueSpec, finished, started
 
 logger = logging.getLogger("django_redis_lock")
 

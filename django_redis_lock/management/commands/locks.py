@@ -68,11 +68,11 @@ def _accept_common_options(subcommand: CommandParser, parser: CommandParser) -> 
     """Give ``subcommand`` the common options of ``parser`` (``--settings``, ``-v``, ``--using``),
     listed after its own: given after the subcommand they apply, else the values given before
     it (or the defaults) stand."""
-    for action in parser._actions:
+    for action in parser._actions:  # noqa: SLF001  argparse has no public list of a parser's options
         if action.dest in _COMMON_OPTIONS:
             option = copy.copy(action)
             option.default = argparse.SUPPRESS
-            subcommand._add_action(option)
+            subcommand._add_action(option)  # noqa: SLF001  argparse has no public way to add an Action object
 
 
 class Command(BaseCommand):
