@@ -17,6 +17,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from django_redis_lock import metrics
 from django_redis_lock.core.lock import Lock
 from django_redis_lock.exceptions import LeadershipLost, LockBusy, LockError
 from django_redis_lock.ops.records import LEADER_PREFIX
@@ -63,7 +64,7 @@ class Leadership:
             auto_renew=True,  # a leader leads until it resigns: never for one lease only
             label=label,
             using=using,
-            template=PREFIX + "{name}",
+            template=PREFIX + name,  # its metrics' label: a leadership's name, not a template
         )
         #: The leadership's name, as given.
         self.name = name
@@ -71,6 +72,7 @@ class Leadership:
         #: when it leads again.
         self.lost = threading.Event()
         self._on_loss: list[Callable[[], object]] = []
+        self._counted = False  # whether the leader gauge counts this leadership
         self._task: asyncio.Task[Any] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._cancelled = False
@@ -153,11 +155,20 @@ class Leadership:
         self.lost.clear()
         with _leading_mutex:
             _leading[id(self._lock)] = self
+        self._counted = True
+        metrics.leading(self._lock.name, True)
 
     def _led(self) -> None:
         with _leading_mutex:
             if _leading.get(id(self._lock)) is self:
                 del _leading[id(self._lock)]
+        self._uncount()
+
+    def _uncount(self) -> None:
+        """The leader gauge comes down once per leadership (a loss, then the resignation)."""
+        if self._counted:
+            self._counted = False
+            metrics.leading(self._lock.name, False)
 
     def on_loss(self, callback: Callable[[], object]) -> None:
         """Call ``callback()`` each time the leadership is found lost, from the thread that
@@ -170,6 +181,7 @@ class Leadership:
         called, and an ``async with`` body that runs is cancelled (it sees
         :class:`LeadershipLost`). Called when the lock's loss is found."""
         self.lost.set()
+        self._uncount()
         for callback in self._on_loss:
             try:
                 callback()

@@ -46,6 +46,7 @@ __all__ = [
     "began",
     "ended",
     "label_for",
+    "leading",
     "observers",
     "renewal",
     "reset",
@@ -217,6 +218,17 @@ def ended(lock: Any, record: HoldRecord, cause: str | None = None) -> None:
                 observer.lost(label, lock, cause, held)
         except Exception:
             _failed()
+
+
+def leading(name: str, leads: bool) -> None:
+    """This process took (``leads``) or gave up the leadership ``name`` (its ``lock`` label,
+    within METRICS_MAX_LABELS as a template's)."""
+    observed = observers()
+    if not observed:
+        return
+    label = label_for(name)
+    for observer in observed:
+        _safely(observer.leading, label, leads)
 
 
 def renewal(outcome: str) -> None:

@@ -40,6 +40,9 @@ class Observer:
     def renewal(self, outcome: str) -> None:
         """The watchdog renewed a lease ("renewed") or could not ("failed")."""
 
+    def leading(self, label: str, leads: bool) -> None:
+        """This process took (``leads``) or gave up the leadership ``label``."""
+
     def unavailable(self, alias: str) -> None:
         """A call could not reach the Redis of cache ``alias``, or it answered an error."""
 

@@ -59,6 +59,14 @@ class PrometheusObserver(Observer):
             "django_redis_lock_unavailable", "Calls that could not reach Redis, or that it "
             "answered with an error, by cache alias.", ["alias"], registry=registry,
         )  # fmt: skip
+        self.leader = Gauge(
+            "django_redis_lock_leader", "1 where this process leads, by leadership name.",
+            ["lock"], multiprocess_mode="livesum", registry=registry,
+        )  # fmt: skip
+        self.leader_changes = Counter(
+            "django_redis_lock_leader_changes", "Leaderships this process took, by "
+            "leadership name.", ["lock"], registry=registry,
+        )  # fmt: skip
 
         # Each label's series, bound once: labels() costs more than the update itself.
         self._series: dict[str, _Series] = {}
@@ -112,6 +120,11 @@ class PrometheusObserver(Observer):
 
     def unavailable(self, alias: str) -> None:
         self.unavailables.labels(alias).inc()
+
+    def leading(self, label: str, leads: bool) -> None:
+        self.leader.labels(label).set(1 if leads else 0)
+        if leads:
+            self.leader_changes.labels(label).inc()
 
 
 class _Series:

@@ -365,3 +365,23 @@ def test_a_registry_that_cannot_be_had_leaves_locks_working(
     with lock_settings(METRICS_REGISTRY="no.such.registry"), lock("without-metrics"):
         pass
     assert "could not be set up" in caplog.text
+
+
+def test_leadership_is_a_gauge_of_this_process_and_a_count_of_changes(registry: Any) -> None:
+    from django_redis_lock import get_lock_manager, leader
+
+    def leads() -> float:
+        return value(registry, "django_redis_lock_leader", lock="leader:beat")
+
+    def changes() -> float:
+        return value(registry, "django_redis_lock_leader_changes_total", lock="leader:beat")
+
+    with leader("beat"):
+        assert (leads(), changes()) == (1, 1)
+    assert (leads(), changes()) == (0, 1)
+    lead = leader("beat", timeout=0.6)
+    assert lead.acquire()
+    assert (leads(), changes()) == (1, 2)
+    assert get_lock_manager().release("leader:beat")  # deposed
+    assert lead.lost.wait(5)
+    assert leads() == 0
