@@ -10,6 +10,8 @@ from django.conf import settings
 from django_redis_lock import unique
 from testproject.gates import through_gate
 
+if settings.TASKS_FRAMEWORK is None:
+    raise ImportError("testproject.jobs needs django.tasks or the django-tasks backport")
 task = importlib.import_module(settings.TASKS_FRAMEWORK).task
 
 

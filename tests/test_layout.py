@@ -239,6 +239,8 @@ def private_reaches(module: str, path: Path, known: dict[str, Path]) -> list[str
     module's private name; third-party internals aside (:data:`THIRD_PARTY_PRIVATE`)."""
     found = []
     for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, (ast.expr, ast.stmt)):  # the nodes that have a line
+            continue
         target: ast.expr | None = None
         name = ""
         if isinstance(node, ast.Attribute):

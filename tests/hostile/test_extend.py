@@ -99,9 +99,9 @@ def test_extend_bad_types_refused(kind: str, amount: object) -> None:
     held = makers()[kind](timeout=30)
     assert held.acquire()
     with pytest.raises(TypeError):
-        held.extend(amount)  # type: ignore[arg-type]
+        held.extend(amount)
     with pytest.raises(TypeError):
-        held.extend(10, replace_ttl="yes")  # type: ignore[arg-type]
+        held.extend(10, replace_ttl="yes")
     assert held.owned()
     held.release()
 

@@ -24,11 +24,12 @@ import pytest
 import redis
 from django.core.management import CommandError, call_command
 from django.test.utils import override_settings
+from redis.typing import EncodableT
 
 from django_redis_lock import LockNotOwned, get_lock_manager, lock, rwlock, semaphore
 from django_redis_lock.ops.records import SeveralHolders
 from django_redis_lock.runtime import runtime
-from tests.helpers import staff_client
+from tests.helpers import staff_client, token_of
 
 
 @pytest.fixture(autouse=True)
@@ -120,7 +121,7 @@ def test_force_release_without_a_token_refuses_places_and_readers(name: str) -> 
         assert each.acquire(blocking=False)
     with pytest.raises(SeveralHolders) as refused:
         get_lock_manager().force_release(name)
-    assert sorted(refused.value.tokens) == sorted(each.fencing_token for each in held)
+    assert sorted(refused.value.tokens) == sorted(token_of(each) for each in held)
     assert all(each.owned() for each in held)
 
 
@@ -297,7 +298,7 @@ def holder_json(client: redis.Redis, **override: object) -> str:
     return json.dumps({k: v for k, v in entry.items() if v is not ...})
 
 
-def junk_entries(client: redis.Redis) -> dict[str, str | bytes]:
+def junk_entries(client: redis.Redis) -> dict[EncodableT, EncodableT]:
     """Fields someone else might have written into a holders hash, by what is wrong in each."""
     far = future_ms(client, 2 * 365 * 24 * 3600)
     return {
@@ -329,7 +330,9 @@ def junk_entries(client: redis.Redis) -> dict[str, str | bytes]:
     }
 
 
-def write_junk(client: redis.Redis, name: str, kind: str, entries: dict[str, Any]) -> None:
+def write_junk(
+    client: redis.Redis, name: str, kind: str, entries: dict[EncodableT, EncodableT]
+) -> None:
     client.hset(shared_key(name, kind), mapping=entries)
 
 
@@ -406,7 +409,7 @@ def test_junk_that_takes_a_place_is_listed(redis_client: redis.Redis, field: str
 def test_each_single_junk_field_never_crashes_listing(
     redis_client: redis.Redis, field: str
 ) -> None:
-    values = {
+    junk: dict[str, dict[str, object]] = {
         "k-list": {"k": [1]},
         "k-object": {"k": {"x": 1}},
         "k-number": {"k": 1},
@@ -417,7 +420,8 @@ def test_each_single_junk_field_never_crashes_listing(
         "a-float": {"a": 1.5},
         "a-number": {"a": 1700000000000000},
         "e-negative": {"e": -5},
-    }[field]
+    }
+    values = junk[field]
     redis_client.hset(shared_key("one-junk", "s"), field, holder_json(redis_client, **values))
     real = semaphore("other-real", 2)
     assert real.acquire(blocking=False)

@@ -83,7 +83,7 @@ def test_rwlock_refuses_options(option: dict[str, object]) -> None:
 
 def test_rwlock_positional_limit_refused() -> None:
     with pytest.raises(TypeError):
-        rwlock("opt", 3)  # type: ignore[misc]
+        rwlock("opt", 3)  # type: ignore[call-arg, arg-type]
 
 
 @pytest.mark.parametrize("name", ["", None, 5, b"bytes", "x" * (MAX_NAME_LENGTH + 1), "\ud800"])
@@ -153,9 +153,9 @@ def test_locked_limit_out_of_range_or_not_an_int_is_refused() -> None:
     for bad in (0, -1, 1001):
         with pytest.raises(ValueError, match=BAD_LIMIT):
             locked("opt", limit=bad)
-    for bad in (True, 2.5, "3"):
+    for not_an_int in (True, 2.5, "3"):
         with pytest.raises(TypeError):
-            locked("opt", limit=bad)  # type: ignore[arg-type]
+            locked("opt", limit=not_an_int)  # type: ignore[arg-type]
 
 
 def test_locked_limit_none_is_a_lock() -> None:

@@ -29,13 +29,12 @@ from django_redis_lock import (
     rwlock,
     semaphore,
 )
-from django_redis_lock.runtime import runtime
-from tests.helpers import async_driver, start, wait_until
+from tests.helpers import async_driver, server_backend, start, token_of, wait_until
 
 
 def queued(name: str, kind: str = "s") -> int:
     """How many wait for the semaphore (``kind`` "s") or read/write lock ("r") ``name``."""
-    backend = runtime().for_locks(None)
+    backend = server_backend()
     return int(backend.client.zcard(backend.shared_keys_for(name, kind).queue))
 
 
@@ -376,7 +375,7 @@ def test_fencing_tokens_increase_across_lock_semaphore_and_rwlock_of_one_name() 
     ):
         held = make()
         assert held.acquire(blocking=False)
-        tokens.append(held.fencing_token)
+        tokens.append(token_of(held))
         held.release()
     assert tokens == sorted(tokens)
     assert len(set(tokens)) == len(tokens)

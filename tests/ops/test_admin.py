@@ -158,7 +158,7 @@ def test_keys_that_are_not_locks_do_not_break_the_page(
 def test_pages_follow_the_scan_cursor(admin_client: Client, redis_client: redis.Redis) -> None:
     hold(*(f"bulk:{i:04}" for i in range(2500)), label="import")
     seen: list[str] = []
-    url: str | None = CHANGELIST
+    url = CHANGELIST
     pages = 0
     redis_client.config_resetstat()
     for _ in range(100):  # bounded: 2,500 locks at about 100 a page
@@ -267,7 +267,7 @@ def test_names_that_forms_and_urls_would_mangle_are_released() -> None:
 def test_release_requires_post_with_csrf() -> None:
     hold("report:1", label="import")
     client = staff_client("view_lock", "delete_lock")
-    client.handler.enforce_csrf_checks = True  # type: ignore[attr-defined]
+    client.handler.enforce_csrf_checks = True
     response = client.post(
         CHANGELIST, {"action": "release_selected", "_selected_action": ["report:1"], "post": "yes"}
     )

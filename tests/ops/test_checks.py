@@ -187,7 +187,7 @@ def test_w008_a_server_that_does_not_answer_at_startup(redis_factory: RedisServe
         found = [
             message
             for message in run_checks(tags=["caches"])
-            if message.id.startswith("django_redis")
+            if message.id and message.id.startswith("django_redis")
         ]
     assert [message.id for message in found] == ["django_redis_lock.W008"]
     assert f"server 127.0.0.1:{server.port} of cache 'default' could not be" in found[0].msg

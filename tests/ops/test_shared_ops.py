@@ -13,6 +13,7 @@ from django.contrib.admin.models import LogEntry
 from django.core.management import CommandError, call_command
 from django.test import RequestFactory
 from django.urls import reverse
+from redis.typing import EncodableT
 
 from django_redis_lock import LockBusy, get_lock_manager, lock, locked, rwlock, semaphore
 from django_redis_lock.admin.values import detail_path_segment, form_value
@@ -292,7 +293,7 @@ def test_bad_limits_for_locked_are_refused_when_decorating() -> None:
     ],
 )
 def test_hostile_contents_never_crash_listing_nor_a_semaphore(
-    redis_client: redis.Redis, garbage: dict[str, str]
+    redis_client: redis.Redis, garbage: dict[EncodableT, EncodableT]
 ) -> None:
     keys = runtime().for_locks(None).shared_keys_for("hostile")
     redis_client.hset(keys.lock, mapping=garbage)

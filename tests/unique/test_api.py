@@ -71,8 +71,9 @@ def test_a_template_naming_no_argument_is_refused_at_the_first_enqueue(celery_ap
     """Celery's task is known once its app has it: the first enqueue checks the template."""
     app = celery_app
 
+    # Celery's task decorator carries no types.
     @unique("report:{nope}")
-    @app.task(name="tests.unique.bad_template")
+    @app.task(name="tests.unique.bad_template")  # type: ignore[untyped-decorator]
     def bad(report_id: int) -> None: ...
 
     with pytest.raises(ValueError, match=r"names 'nope', which tests\.unique\.bad_template"):
@@ -151,8 +152,9 @@ def test_the_key_is_made_from_the_arguments_as_the_queue_stores_them(celery_app:
 
     seen: list[Any] = []
 
+    # Celery's task decorator carries no types.
     @unique("batch:{ids}")
-    @app.task(name="tests.unique.batch")
+    @app.task(name="tests.unique.batch")  # type: ignore[untyped-decorator]
     def batch(ids: Any) -> None:
         info = get_lock_manager().get("unique:batch:[1, 2]")
         seen.append(None if info is None else info.label)
@@ -188,9 +190,10 @@ def test_a_task_never_picked_up_loses_its_key_by_its_lease() -> None:
 @pytest.mark.skipif(settings.TASKS_FRAMEWORK is None, reason="no tasks framework installed")
 def test_a_django_task_template_is_checked_when_decorated() -> None:
     from testproject import jobs
+    from testproject.gates import through_gate
 
     with pytest.raises(ValueError, match="names 'nope'"):
-        unique("ping:{nope}")(jobs.task(jobs.through_gate))
+        unique("ping:{nope}")(jobs.task(through_gate))
 
 
 def test_operators_see_a_unique_key_and_can_free_it() -> None:

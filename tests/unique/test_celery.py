@@ -14,6 +14,7 @@ import pytest
 import redis
 
 from django_redis_lock import AlreadyQueued, get_lock_manager
+from django_redis_lock.backends.base import text_of
 from testproject.redis_server import RedisServer
 from tests.celery_worker import celery_worker, on_broker
 from tests.helpers import (
@@ -157,7 +158,7 @@ def test_concurrent_enqueues_from_several_processes_send_one_task(
 
     children = [fork_child(enqueue) for _ in range(6)]
     assert wait_children(children) == [0] * 6
-    sent = {value.decode() for value in redis_client.lrange("sent", 0, -1)}
+    sent = {text_of(value) for value in redis_client.lrange("sent", 0, -1)}
     assert len(sent) == 1  # every process got the one task sent
     assert gate_started(redis_client, "gate:c5") == "5"
     redis_client.rpush("gate:c5", "open")
