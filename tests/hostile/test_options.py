@@ -83,7 +83,7 @@ def test_rwlock_refuses_options(option: dict[str, object]) -> None:
 
 def test_rwlock_positional_limit_refused() -> None:
     with pytest.raises(TypeError):
-        rwlock("opt", 3)  # type: ignore[call-arg, arg-type]
+        rwlock("opt", 3)  # type: ignore[call-arg]
 
 
 @pytest.mark.parametrize("name", ["", None, 5, b"bytes", "x" * (MAX_NAME_LENGTH + 1), "\ud800"])
