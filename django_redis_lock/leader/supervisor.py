@@ -14,6 +14,9 @@ found lost, and a SIGTERM or SIGINT to the supervisor.
   once it has stopped the supervisor resigns, so a waiting follower leads at once instead of
   waiting out the lease; it exits with the child's code. While it waits to lead, it leaves the
   queue and exits with 128 + the signal.
+- Redis out of reach while it waits to lead: it tries again, after 0.5 s, then twice as long
+  each time up to 10 s, until Redis answers (a follower outlives an outage; a leader whose
+  renewals fail loses the leadership at the end of its lease, stops its child, and waits so).
 
 Everything waits on one event: no polling loop.
 """
@@ -30,13 +33,15 @@ from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import Any
 
-from django_redis_lock.exceptions import LockNotOwned
+from django_redis_lock.exceptions import LockNotOwned, LockUnavailable
 from django_redis_lock.leader.leadership import Leadership
 
 logger = logging.getLogger("django_redis_lock")
 
 #: The environment variable that carries the epoch to the child.
 EPOCH_VARIABLE = "DJANGO_REDIS_LOCK_EPOCH"
+#: The first and the longest pause between two tries to reach Redis while waiting to lead.
+RETRY_SECONDS = (0.5, 10.0)
 #: The signals that stop the supervisor (and its child).
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -105,8 +110,17 @@ class Supervisor:
         try:
             self._raise_if_stopped()
             self._say(f"Waiting to lead {self.leadership.name!r}.")
-            while not self.leadership.acquire():  # a blocking_timeout ran out: wait again
-                pass
+            delay = RETRY_SECONDS[0]
+            while True:
+                try:
+                    if self.leadership.acquire():
+                        break
+                except LockUnavailable as exc:  # a follower outlives a Redis outage
+                    self._say(f"Redis is unavailable ({exc}); trying again in {delay:g} s.")
+                    self._wake.wait(delay)  # a stop signal interrupts it
+                    self._wake.clear()
+                    self._raise_if_stopped()
+                    delay = min(delay * 2, RETRY_SECONDS[1])
         finally:
             self._waiting = False
         self._raise_if_stopped()  # a signal that came as it took the leadership

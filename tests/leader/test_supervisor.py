@@ -19,6 +19,8 @@ import redis
 
 from django_redis_lock import get_lock_manager
 from django_redis_lock.backends.base import text_of
+from testproject.redis_server import RedisServerGroup
+from tests.helpers import PATIENT_SECONDS
 
 ROOT = Path(__file__).resolve().parents[2]
 # The lease of most tests: long, so that a hand-over that waited it out would show.
@@ -57,12 +59,19 @@ class Supervisors:
         self.client = client
         self.started: list[subprocess.Popen[str]] = []
 
-    def start(self, name: str, *options: str, mode: str = "wait") -> subprocess.Popen[str]:
+    def start(
+        self, name: str, *options: str, mode: str = "wait", redis_url: str | None = None
+    ) -> subprocess.Popen[str]:
+        """A supervisor of ``name`` on ``redis_url`` (the session's Redis by default), where
+        its children report too."""
         command = [sys.executable, "-c", CHILD, name, mode]
+        env = {**os.environ, "DJANGO_SETTINGS_MODULE": "testproject.settings"}
+        if redis_url is not None:
+            env["REDIS_URL"] = redis_url
         process = subprocess.Popen(
             [sys.executable, "manage.py", "locks", "lead", name, *options, "--", *command],
             cwd=ROOT,
-            env={**os.environ, "DJANGO_SETTINGS_MODULE": "testproject.settings"},
+            env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -158,6 +167,26 @@ def test_the_supervisor_exits_with_the_commands_code_and_resigns(supervisors: Su
     assert process.wait(WAIT) == 3
     assert supervisors.next_start("once", timeout=0.1) is not None
     assert get_lock_manager().get("leader:once") is None  # given back, not left to expire
+
+
+def test_a_follower_outlives_a_redis_outage_and_leads_when_it_is_back(
+    redis_factory: RedisServerGroup,
+) -> None:
+    away = redis_factory()
+    on_away = Supervisors(redis.Redis.from_url(away.url, socket_timeout=PATIENT_SECONDS))
+    away.stop()  # Redis is out of reach as the supervisor starts
+    try:
+        supervisor = on_away.start("outage", "--timeout", "1", redis_url=away.url)
+        said = supervisor.stderr
+        assert said is not None
+        # After the system checks' warnings (Redis is away), it says it tries again.
+        lines = (said.readline() for _ in range(200))
+        assert any("Redis is unavailable" in line for line in lines)
+        away.start()  # on the same port again
+        assert on_away.next_start("outage") is not None
+        assert supervisor.poll() is None
+    finally:
+        on_away.stop_all()
 
 
 @pytest.mark.parametrize(
