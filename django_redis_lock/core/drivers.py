@@ -145,6 +145,12 @@ async def _steps(run: _Run, reply: Any, error: BaseException | None) -> Any:
     to the caller as _Interrupted (to go on shielded), later ones to the flow."""
     shielded = error is not None
     ticket: AsyncTicket | None = None
+    # This task's cancellations so far (Python 3.11+): a client library that caught one and
+    # returned a reply all the same (seen with redis-py 8's asyncio client, under load) must
+    # not make the waiter wait on as if nobody had cancelled it.
+    task = asyncio.current_task()
+    cancelling = getattr(task, "cancelling", None)
+    cancels = cancelling() if cancelling is not None else 0
     while (step := run.next(reply, error)) is not None:
         error = None
         try:
@@ -157,6 +163,8 @@ async def _steps(run: _Run, reply: Any, error: BaseException | None) -> Any:
                         reply = await backend.arun(step.script, step.keys, step.args)
                 except _SCRIPT_FAILURES as exc:
                     _fail(exc, run.what, backend)
+                if cancelling is not None and cancelling() > cancels:
+                    raise asyncio.CancelledError  # swallowed on the way: an interruption
             elif type(step) is Wait:
                 assert ticket is not None, "a flow waits only after it listens"
                 reply = await ticket.wait(step.seconds)

@@ -93,8 +93,9 @@ class AsyncTicket:
 
     def __init__(self) -> None:
         self._loop = asyncio.get_running_loop()
-        self._event = asyncio.Event()
         self._inbox = _Inbox()
+        self._pending = False  # a wake-up came that no wait has taken yet
+        self._waiter: asyncio.Future[None] | None = None
 
     def wake(self, message: Message) -> None:
         """From the thread that read it; passes the wake-up to the waiter's loop."""
@@ -104,15 +105,30 @@ class AsyncTicket:
 
     def _wake(self, message: Message) -> None:
         self._inbox.put(message)
-        self._event.set()
+        self._pending = True
+        _settle(self._waiter)
 
     async def wait(self, seconds: float) -> Message:
-        """:meth:`SyncTicket.wait` without blocking the event loop."""
-        # asyncio.TimeoutError: the builtin TimeoutError only from Python 3.11 on.
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self._event.wait(), seconds)
-        self._event.clear()
+        """:meth:`SyncTicket.wait` without blocking the event loop.
+
+        A future and a timer, not ``asyncio.wait_for``, whose Python 3.10 and 3.11 versions
+        can lose a cancellation that comes as the wait ends (the waiter would wait on)."""
+        if not self._pending:
+            waiter = self._waiter = self._loop.create_future()
+            timer = self._loop.call_later(seconds, _settle, waiter)
+            try:
+                await waiter  # a cancellation comes out of here as it is
+            finally:
+                timer.cancel()
+                self._waiter = None
+        self._pending = False
         return self._inbox.take()
+
+
+def _settle(waiter: asyncio.Future[None] | None) -> None:
+    """End ``waiter``'s wait (a wake-up, or its time is up), unless it ended already."""
+    if waiter is not None and not waiter.done():
+        waiter.set_result(None)
 
 
 Ticket = SyncTicket | AsyncTicket
