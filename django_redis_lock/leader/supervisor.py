@@ -23,7 +23,6 @@ Everything waits on one event: no polling loop.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import signal
@@ -172,5 +171,9 @@ class Supervisor:
         return exit_code(child.returncode)
 
     def _resign(self) -> None:
-        with contextlib.suppress(LockNotOwned):  # lost meanwhile: nothing to give back
+        try:
             self.leadership.release()
+        except LockNotOwned:  # lost meanwhile: nothing to give back
+            pass
+        except LockUnavailable as exc:  # its lease ends it; the watchdog gives it back
+            self._say(f"Could not resign at once, Redis is unavailable: {exc}")
