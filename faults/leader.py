@@ -228,7 +228,7 @@ class LeaderRun:
                     return
                 log = (self.directory / f"supervisor-{index}.log").read_text(errors="replace")
                 last = log.strip().splitlines()[-1:] or ["(nothing)"]
-                self.exits.append(f"supervisor {index} exited with {code}: {last[0][:160]}")
+                self.exits.append(f"status {code}: {last[0].split(': ')[-1][:100]}")
                 self.spawn(index)
 
     def leading(self) -> tuple[int, int, int]:
@@ -392,20 +392,21 @@ class LeaderRun:
                 REJOIN_TIMEOUT,
                 "the old leader to stop its child",
             )
-        healed = self.marks["healed"]
         stopped = self._stopped_after(store, epoch, fault.start)
 
-        def since_heal(moment: float | None) -> str:
-            return "not within the wait" if moment is None else f"{moment - healed:.1f} s"
+        def since(moment: float | None, mark: float, what: str) -> str:
+            return "not within the wait" if moment is None else f"{moment - mark:.1f} s {what}"
 
         detail = (
-            f"{fault.detail}; the old primary demoted {since_heal(demoted)} after the heal, the "
-            f"old leader's child stopped {since_heal(stopped)} after it"
+            f"{fault.detail}; the old leader's child stopped "
+            f"{since(stopped, fault.start, 'after the cut')}, the old primary was demoted "
+            f"{since(demoted, self.marks['healed'], 'after the heal')}"
         )
         with self.restarting:
             exits = list(self.exits)
-        if exits:
-            detail += f"; restarted: {len(exits)} follower exits ({'; '.join(exits)})"
+        if exits:  # the causes, without the ports, each once
+            causes = sorted({re.sub(r"\d+", "N", cause) for cause in exits})
+            detail += f"; {len(exits)} exits of followers, restarted ({'; '.join(causes)})"
         return dataclasses.replace(fault, detail=detail)
 
     def _stopped_after(self, store: Store, epoch: int, moment: float) -> float | None:
