@@ -15,12 +15,14 @@ bounded. The checker (faults/leader_check.py) reads the store.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,15 +31,18 @@ from typing import Any
 
 from faults.scenarios import (
     LEASE,
+    LONG_CUT,
     RECOVERY_TIMEOUT,
+    REJOIN_TIMEOUT,
     SOCKET_TIMEOUT,
     START_TIMEOUT,
     STOP_SLACK,
     WORK,
+    cut_and_heal,
     wait_for,
 )
 from faults.store import Fault, Store, create
-from faults.topologies import CACHE, TOPOLOGIES, Topology
+from faults.topologies import CACHE, TOPOLOGIES, Partition, Topology, server_settings
 from testproject.redis_server import die_with_parent
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,6 +57,9 @@ HANDOVER_LEASE = 30.0
 HANDOVER_BOUND = 1.0
 # How long a supervisor may take to start (Django) and queue, or to exit when told.
 SUPERVISOR_TIMEOUT = 20.0
+# In a partition scenario, the supervisor started first (and led before the others started):
+# the only one on the old primary's side, a plain cache pointed straight at it.
+OLD_SIDE = 0
 
 
 @dataclass(frozen=True)
@@ -60,7 +68,7 @@ class LeaderScenario:
 
     name: str
     topology: str
-    fault: str  # "supervisor-kill", "supervisor-term", "leader-stop"
+    fault: str  # "supervisor-kill", "supervisor-term", "leader-stop", "partition-reset"...
     promise: str
     lease: float = LEASE
     short: bool = False
@@ -108,6 +116,44 @@ LEADER_SCENARIOS = [
         "all refused and its supervisor stops it; never two children with a current epoch",
         short=True,
     ),
+    *(
+        LeaderScenario(
+            f"leader-partition-{mode}-wait-0",
+            "partition-r2-left0",
+            f"partition-{mode}",
+            "a partition leaves the leading supervisor with the old primary, where it goes on "
+            "renewing and its child on writing; the sentinels promote a replica and, once the "
+            "lease ran out there, a follower leads with a higher epoch: from its first write "
+            "on the store refuses every write of the old epoch; after the heal the old "
+            "primary's demotion deposes the old leader, which stops its child; never two "
+            "children with a current epoch",
+            wait_replicas=0,
+        )
+        for mode in ("reset", "hold")
+    ),
+    LeaderScenario(
+        "leader-partition-reset-wait-1",
+        "partition-r2-left0",
+        "partition-reset",
+        "with WAIT_REPLICAS=1 and both replicas on the sentinels' side, the leading "
+        "supervisor left with the old primary cannot renew (no replica acknowledges): it "
+        "loses the leadership at the end of its lease and stops its child; a follower leads "
+        "on the promoted replica with a higher epoch; the store refuses every write of the "
+        "old epoch after the new one's first; never two children with a current epoch",
+        wait_replicas=1,
+    ),
+    LeaderScenario(
+        "leader-partition-r2-left1-reset-wait-1",
+        "partition-r2-left1",
+        "partition-reset",
+        "with two replicas, one left on the old primary's side, WAIT_REPLICAS=1 is met only "
+        "there: the leading supervisor left with the old primary goes on leading, and no "
+        "follower leads on the Sentinel side until the heal; the old primary's demotion "
+        "deposes the old leader, a follower leads with a higher epoch, the store refuses every "
+        "write of the old epoch after the new one's first; never two children with a current "
+        "epoch",
+        wait_replicas=1,
+    ),
 ]
 
 
@@ -127,17 +173,26 @@ class LeaderOutcome:
 class LeaderRun:
     """One leadership scenario being played: its topology, store, supervisors, faults."""
 
-    def __init__(self, scenario: LeaderScenario, directory: Path, repeats: int) -> None:
+    def __init__(
+        self, scenario: LeaderScenario, directory: Path, repeats: int, cut: float = LONG_CUT
+    ) -> None:
         self.scenario = scenario
         self.directory = directory
         self.repeats = repeats
+        self.cut = cut
         self.topology: Topology = TOPOLOGIES[scenario.topology]()
         self.store_path = directory / "store.sqlite3"
         self.stop_file = directory / "stop"
         self.supervisors: dict[int, subprocess.Popen[bytes]] = {}
         self.faults: list[Fault] = []
         self.struck: list[int] = []
-        self.env: dict[str, str] = {}
+        self.envs: dict[int, dict[str, str]] = {}
+        # Partitions: when the sentinels promoted, the proxies forwarded again (monotonic).
+        self.marks: dict[str, float] = {}
+        # Supervisors that exited on their own in a partition scenario, and restarted.
+        self.exits: list[str] = []
+        self.restarting = threading.Lock()
+        self.stopping = False
 
     # -- supervisors -----------------------------------------------------------------------------
 
@@ -152,13 +207,29 @@ class LeaderRun:
             self.supervisors[index] = subprocess.Popen(
                 [*command, str(self.stop_file)],
                 cwd=ROOT,
-                env=self.env,
+                env=self.envs[index],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # its group: the supervisor and its child
                 preexec_fn=die_with_parent(),
             )
+
+    def _restart(self, index: int) -> None:
+        """Start supervisor ``index`` again each time it exits before the run stops it, as the
+        service manager the documentation asks for would: a partition can make a waiting
+        supervisor exit on "Redis is unavailable"; noted. The thread lives as long as the
+        process it started (which dies with it: die_with_parent)."""
+        while True:
+            process = self.supervisors[index]
+            code = process.wait()
+            with self.restarting:
+                if self.stopping or self.supervisors[index] is not process:
+                    return
+                log = (self.directory / f"supervisor-{index}.log").read_text(errors="replace")
+                last = log.strip().splitlines()[-1:] or ["(nothing)"]
+                self.exits.append(f"status {code}: {last[0].split(': ')[-1][:100]}")
+                self.spawn(index)
 
     def leading(self) -> tuple[int, int, int]:
         """Wait (bounded) until a running supervisor leads: its index, pid and epoch."""
@@ -189,6 +260,8 @@ class LeaderRun:
     def stop_all(self, store: Store) -> list[int]:
         """Stop the supervisors (SIGTERM) and every child (the stop file: orphans too); wait,
         bounded; SIGKILL the groups of those that hung, and return their pids."""
+        with self.restarting:
+            self.stopping = True
         self.stop_file.touch()
         for process in self.supervisors.values():
             with contextlib.suppress(ProcessLookupError):
@@ -245,6 +318,8 @@ class LeaderRun:
             "supervisor-kill": self._kill,
             "supervisor-term": self._term,
             "leader-stop": self._stop,
+            "partition-reset": self._partition,
+            "partition-hold": self._partition,
         }
         start, detail = plays[self.scenario.fault](store, index, pid, epoch)
         end = time.monotonic()
@@ -292,6 +367,57 @@ class LeaderRun:
             f"first, the supervisor {time.monotonic() - resumed:.2f} s later"
         )
 
+    def _partition(self, store: Store, index: int, pid: int, epoch: int) -> tuple[float, str]:
+        """Cut the leading supervisor (alone on the old primary's side) off with the old
+        primary, until the sentinels promoted a replica and the run's cut is over; heal."""
+        topology = self.topology
+        assert isinstance(topology, Partition)
+        assert index == OLD_SIDE
+        mode = self.scenario.fault.removeprefix("partition-")
+        start, detail = cut_and_heal(topology, mode, self.cut, self.marks)
+        return start, f"{detail}; the leading supervisor (epoch {epoch}) left with the old primary"
+
+    def _rejoin(self, store: Store, fault: Fault, epoch: int) -> Fault:
+        """After a partition's heal: wait (bounded) until the sentinels demoted the old
+        primary, every replica is in sync, a new epoch wrote and the old leader's child
+        stopped; the fault, with when these happened."""
+        topology = self.topology
+        assert isinstance(topology, Partition)
+        demoted = topology.wait_demoted()
+        with contextlib.suppress(TimeoutError, RuntimeError):  # the checker reports the rest
+            topology.wait_whole()
+            wait_for(lambda: self._new_epoch_wrote(store, epoch), REJOIN_TIMEOUT, "recovery")
+            wait_for(
+                lambda: self._stopped_after(store, epoch, fault.start),
+                REJOIN_TIMEOUT,
+                "the old leader to stop its child",
+            )
+        stopped = self._stopped_after(store, epoch, fault.start)
+
+        def since(moment: float | None, mark: float, what: str) -> str:
+            return "not within the wait" if moment is None else f"{moment - mark:.1f} s {what}"
+
+        detail = (
+            f"{fault.detail}; the old leader's child stopped "
+            f"{since(stopped, fault.start, 'after the cut')}, the old primary was demoted "
+            f"{since(demoted, self.marks['healed'], 'after the heal')}"
+        )
+        with self.restarting:
+            exits = list(self.exits)
+        if exits:  # the causes, without the ports, each once
+            causes = sorted({re.sub(r"\d+", "N", cause) for cause in exits})
+            detail += f"; {len(exits)} exits of followers, restarted ({'; '.join(causes)})"
+        return dataclasses.replace(fault, detail=detail)
+
+    def _stopped_after(self, store: Store, epoch: int, moment: float) -> float | None:
+        """When (monotonic) the child of ``epoch`` stopped, if it did after ``moment``."""
+        row = store.connection.execute(
+            "SELECT at FROM events WHERE kind IN ('child-stop', 'child-exit') AND detail = ? "
+            "AND at >= ? LIMIT 1",
+            (f"epoch {epoch}", moment),
+        ).fetchone()
+        return None if row is None else float(row[0])
+
     def _child_of(self, store: Store, epoch: int) -> int:
         """The pid of the child started with ``epoch``."""
         row = store.connection.execute(
@@ -329,16 +455,19 @@ class LeaderRun:
         hung: list[int] = []
         try:
             s = self.scenario
-            settings = self.topology.settings(s.socket_timeout, s.wait_replicas)
-            self.env = {
-                **os.environ,
-                "DJANGO_SETTINGS_MODULE": "faults.settings",
-                "FAULTS_SETTINGS": json.dumps(supervisor_settings(settings)),
-                "PYTHONPATH": str(ROOT),
-            }
+            # The controller reads the leadership only before a partition's cut, and straight
+            # from the primary: django-redis keeps a Sentinel pool per LOCATION for the life of
+            # the process, which would reach the sentinels of the previous scenario.
+            settings = self._settings(OLD_SIDE)
+            for index in range(SUPERVISORS):
+                self.envs[index] = {
+                    **os.environ,
+                    "DJANGO_SETTINGS_MODULE": "faults.settings",
+                    "FAULTS_SETTINGS": json.dumps(supervisor_settings(self._settings(index))),
+                    "PYTHONPATH": str(ROOT),
+                }
             with override_settings(**settings):
-                for index in range(SUPERVISORS):
-                    self.spawn(index)
+                self._spawn_all()
                 try:
                     self._faults(store)
                 finally:
@@ -350,11 +479,37 @@ class LeaderRun:
         store.close()
         return outcome
 
+    def _settings(self, index: int) -> dict[str, Any]:
+        """Supervisor ``index``'s settings: in a partition scenario, the old primary's side
+        (OLD_SIDE) or the sentinels'; else everyone's."""
+        s, topology = self.scenario, self.topology
+        if isinstance(topology, Partition) and index == OLD_SIDE:
+            return server_settings(topology.old.url, s.socket_timeout, s.wait_replicas)
+        return topology.settings(s.socket_timeout, s.wait_replicas)
+
+    def _spawn_all(self) -> None:
+        """Start the supervisors; in a partition scenario OLD_SIDE first, the others once it
+        leads (bounded wait), so that the partition leaves the leader with the old primary."""
+        first = [OLD_SIDE] if isinstance(self.topology, Partition) else []
+        for index in first:
+            self.spawn(index)
+            self.leading()  # the only one running
+        for index in range(SUPERVISORS):
+            if index not in first:
+                self.spawn(index)
+                # Only those that follow the sentinels: the one pinned to the old primary
+                # would fail again and again on the demoted server.
+                if first:
+                    threading.Thread(target=self._restart, args=(index,), daemon=True).start()
+
     def _faults(self, store: Store) -> None:
         since = time.monotonic() - START_TIMEOUT
-        for _ in range(self.repeats):
+        partitioned = isinstance(self.topology, Partition)
+        for _ in range(1 if partitioned else self.repeats):  # one partition: it demotes P
             index, pid, epoch = self._ready(store, since)
             fault = self.inject(store, index, pid, epoch)
+            if partitioned:
+                fault = self._rejoin(store, fault, epoch)
             self.faults.append(fault)
             self.struck.append(epoch)
             store.fault(fault.kind, fault.start, fault.end, fault.detail)

@@ -361,11 +361,12 @@ Leadership
 
 The leadership scenarios (``leader-*``, faults/leader.py) run {SUPERVISORS} supervisors, each
 ``manage.py locks lead {NAME} --timeout LEASE --grace {GRACE:g} -- python
-faults/leader_child.py ...`` in a process group of its own, on one redis-server. The child a
-supervisor starts while it leads records when it started (its first statement) with its epoch
-(``DJANGO_REDIS_LOCK_EPOCH``), then loops: work {WORK:g} s, write the counter with
-``fenced_update(Counter.objects.filter(name=...), epoch, value=F("value") + 1)``, the epoch as
-an int token, and record the write, accepted or refused, in the same transaction; SIGTERM ends
+faults/leader_child.py ...`` in a process group of its own, on one redis-server (the partition
+ones on a Sentinel deployment). The child a supervisor starts while it leads records when it
+started (its first statement) with its epoch (``DJANGO_REDIS_LOCK_EPOCH``), then loops: work
+{WORK:g} s, write the counter with ``fenced_update(Counter.objects.filter(name=...), epoch,
+value=F("value") + 1)``, the epoch as an int token, and record the write, accepted or refused,
+in the same transaction; SIGTERM ends
 it with a record. Once a supervisor leads, its child wrote and the others wait in the queue, the
 controller strikes the leading supervisor:
 
@@ -379,6 +380,16 @@ controller strikes the leading supervisor:
   led and its child wrote; then the child is resumed first, and the supervisor once the child
   tried a write with its old epoch (resumed together, the supervisor can find the loss and stop
   its child before it writes). Every write of the resumed child must be refused.
+- ``leader-partition-*``: the Sentinel deployment of the partition scenarios (see
+  `Partitions`_, same names), one cut of the run's partition length. The supervisor started
+  first leads before the others start, and is the only one on the old primary's side (a plain
+  cache pointed straight at it); the other two follow the sentinels. The cut leaves the leader
+  with the old primary; the controller waits, each wait bounded, until the sentinels demoted
+  the old primary after the heal, a new epoch wrote and the old leader's child stopped. No
+  bound on the takeover: it depends on the promotion and, with ``WAIT_REPLICAS``, on where
+  the replicas are. A supervisor that follows the sentinels and exits on its own (a waiting
+  supervisor exits on "Redis is unavailable") is started again at once, as a service manager
+  would; the faults' description lists those exits.
 
 Columns: *children* the children started; *writes* accepted; *refused* refused by the fence;
 *late acc.* writes accepted with an epoch below that of a child already started (an orphan's

@@ -85,7 +85,7 @@ def main() -> int:
         print(f"faults: {scenario.name} ...", file=sys.stderr, flush=True)
         with scratch() as directory:
             if isinstance(scenario, LeaderScenario):
-                led = LeaderRun(scenario, directory, repeats).play()
+                led = LeaderRun(scenario, directory, repeats, cut).play()
                 leaders.append(leader_check.check(led, demand_bounds=not options.short))
                 seconds, violations = led.seconds, leaders[-1].violations
             else:

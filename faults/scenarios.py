@@ -711,27 +711,11 @@ class Run:
         return start, detail, None
 
     def _partition(self) -> tuple[float, str, int | None]:
-        """Cut every proxy of the partition topology ("reset" or "hold"), wait (bounded) until
-        the sentinels promoted a replica, keep the cut for ``self.cut`` s in all, heal it."""
+        """Cut every proxy of the partition topology and heal it (see :func:`cut_and_heal`)."""
         topology = self.topology
         assert isinstance(topology, Partition)
         mode = self.scenario.fault.removeprefix("partition-")
-        start = time.monotonic()
-        topology.cut(mode)
-        try:
-            new = topology.wait_promoted()
-            self.marks["promoted"] = topology.promoted_at
-            time.sleep(max(0.0, start + self.cut - time.monotonic()))  # the fault itself
-        finally:
-            topology.reconnect()
-            self.marks["healed"] = topology.healed_at
-        promoted = self.marks["promoted"] - start
-        detail = (
-            f"{topology.describe()}: a {mode} cut of {time.monotonic() - start:.1f} s; the "
-            f"sentinels promoted {new.port} {promoted:.1f} s into it"
-        )
-        if topology.repromoted:
-            detail += ", after another replica they had promoted first"
+        start, detail = cut_and_heal(topology, mode, self.cut, self.marks)
         return start, detail, None
 
     def _rejoin(self, store: Store, fault: Fault) -> None:
@@ -843,6 +827,31 @@ class Run:
             if partitioned:
                 self._rejoin(store, fault)
         time.sleep(1.0)  # a last second of normal work after the last recovery
+
+
+def cut_and_heal(
+    topology: Partition, mode: str, cut: float, marks: dict[str, float]
+) -> tuple[float, str]:
+    """Cut every proxy of ``topology`` ("reset" or "hold"), wait (bounded) until the sentinels
+    promoted a replica, keep the cut for ``cut`` s in all, heal it; when the cut began and the
+    fault's description. Notes in ``marks`` when the sentinels promoted and when it healed."""
+    start = time.monotonic()
+    topology.cut(mode)
+    try:
+        new = topology.wait_promoted()
+        marks["promoted"] = topology.promoted_at
+        time.sleep(max(0.0, start + cut - time.monotonic()))  # the fault itself
+    finally:
+        topology.reconnect()
+        marks["healed"] = topology.healed_at
+    promoted = marks["promoted"] - start
+    detail = (
+        f"{topology.describe()}: a {mode} cut of {time.monotonic() - start:.1f} s; the "
+        f"sentinels promoted {new.port} {promoted:.1f} s into it"
+    )
+    if topology.repromoted:
+        detail += ", after another replica they had promoted first"
+    return start, detail
 
 
 @contextlib.contextmanager
