@@ -249,3 +249,22 @@ def test_any_task_id_celery_takes_is_the_one_a_duplicate_gets(
         timeout=5,
     )
     assert redis_client.llen("gate:t8-dup:started") == 0  # no duplicate ever ran
+
+
+@pytest.mark.usefixtures("worker")
+def test_a_debounced_task_reports_skipped_through_its_asyncresult(
+    redis_client: redis.Redis,
+) -> None:
+    from django_redis_lock import Skipped
+    from testproject.tasks import debounce_report
+
+    first = debounce_report.apply_async((9, "gate:b9"), countdown=1)
+    last = debounce_report.apply_async((9, "gate:b9"), countdown=1)
+    assert last.id != first.id
+    assert gate_started(redis_client, "gate:b9") == "9"  # one of them runs: the last
+    with pytest.raises(Skipped) as skipped:
+        first.get(timeout=RESULT_SECONDS)
+    assert skipped.value.task_id == last.id
+    redis_client.rpush("gate:b9", "open")
+    assert last.get(timeout=RESULT_SECONDS) == "report 9 debounced"
+    assert redis_client.llen("gate:b9:started") == 0  # the first never started its body

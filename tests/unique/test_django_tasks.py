@@ -264,3 +264,30 @@ def test_a_killed_worker_leaves_the_key_to_its_lease(
         timeout=15,
     )
     assert time.monotonic() - killed <= RUNNING_LEASE + 5
+
+
+def test_a_debounced_task_reports_skipped_through_its_result(
+    worker: Any, redis_client: redis.Redis
+) -> None:
+    from django_redis_lock import Skipped
+    from testproject.jobs import debounce_export, export_data
+
+    busy = export_data.using(backend="db").enqueue(7, "gate:b7-busy")  # holds the one worker
+    assert gate_started(redis_client, "gate:b7-busy") == "7"
+    on_db = debounce_export.using(backend="db")
+    first = on_db.enqueue(7, "gate:b7")
+    last = on_db.enqueue(7, "gate:b7")
+    assert last.id != first.id
+    redis_client.rpush("gate:b7-busy", "open")
+    redis_client.rpush("gate:b7", "open")
+    _finished(busy)
+
+    def first_ended() -> bool:
+        first.refresh()
+        return first.is_finished  # type: ignore[no-any-return]
+
+    wait_until(first_ended, timeout=RESULT_SECONDS, step=0.05)
+    assert first.status.name == "FAILED"
+    assert first.errors[0].exception_class is Skipped
+    assert _finished(last) == "export 7 debounced"
+    assert redis_client.llen("gate:b7:started") == 1  # the last only
