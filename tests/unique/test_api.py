@@ -219,6 +219,7 @@ def test_operators_see_a_unique_key_and_can_free_it() -> None:
     call_command("locks", "list", "--pattern", "unique:*", "--json", stdout=out)
     [shown] = json.loads(out.getvalue())
     assert (shown["name"], shown["label"]) == ("unique:report:9", "app.rebuild queued as t1")
+    assert shown["unique"] == "default"
     call_command("locks", "release", "unique:report:9", stdout=io.StringIO())
     assert (
         enqueue_once(spec, "unique:report:9", "app.rebuild", "t2", lambda: "t2", str, str) == "t2"

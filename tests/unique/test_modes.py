@@ -4,10 +4,13 @@ run in this process by ``apply`` (the worker's own run: its signals, its result)
 
 from __future__ import annotations
 
+import io
+import json
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from django.core.management import call_command
 
 from django_redis_lock import AlreadyQueued, Skipped, get_lock_manager, unique
 from django_redis_lock.ops.records import LockInfo
@@ -83,6 +86,12 @@ def test_a_throttle_keeps_its_key_for_its_window_whatever_the_task_does(app: Any
     name = "unique:tests.unique.modes.throttle:t:1"
     first = throttled.apply_async((1,), queue=NOBODY)
     assert held(name).held_as == "unique, window 1 s"
+    out = io.StringIO()
+    call_command("locks", "list", "--pattern", "unique:*", "--json", stdout=out)
+    assert [shown["unique"] for shown in json.loads(out.getvalue())] == ["window 1 s"]
+    table = io.StringIO()
+    call_command("locks", "list", "--pattern", "unique:*", stdout=table, no_color=True)
+    assert "[unique, window 1 s]" in table.getvalue()  # the name cut to fit, not its mode
     assert label_of(name) == f"[window 1 s] tests.unique.modes.throttle queued as {first.id}"
     assert throttled.apply_async((1,), queue=NOBODY).id == first.id
     assert throttled.apply((1,), task_id=first.id).get() == 1  # it runs...
