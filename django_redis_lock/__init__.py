@@ -15,6 +15,7 @@ from django_redis_lock.exceptions import (
     LockNotOwned,
     LockNotReplicated,
     LockUnavailable,
+    Skipped,
     StaleFencingToken,
 )
 from django_redis_lock.fencing import FencedModelMixin, FencedQuerySet, FenceField, fenced_update
@@ -56,6 +57,7 @@ __all__ = [
     "ReadWriteLock",
     "Released",
     "SharedLock",
+    "Skipped",
     "StaleFencingToken",
     "current_lock",
     "fenced_update",

@@ -57,6 +57,21 @@ class AlreadyQueued(LockBusy):
         self.task_id = task_id
 
 
+class Skipped(Exception):
+    """What a run of a ``@unique`` task reports when it does not run: an earlier enqueue
+    replaced by a later one (``on_duplicate="replace"``), or a task that found its key held by
+    another task (a redelivered one), or one that already succeeded within
+    ``keep_after_success``. ``task_id`` names the task it left the key to (None: not known)."""
+
+    def __init__(self, message: str, task_id: str | None = None):
+        # Both in args: a result backend rebuilds it from them (Celery's JSON one does).
+        super().__init__(message, task_id)
+        self.task_id = task_id
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
 class StaleFencingToken(LockError):
     """A fenced write was refused: the row had accepted a later fencing token, so a later
     holder of the lock wrote it after this hold had ended. Nothing was written.

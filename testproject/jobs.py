@@ -36,3 +36,11 @@ def make_thumbnail(image: str, gate: str) -> str:
 def ping(n: int) -> int:
     """No gate: done as soon as it runs (the immediate backend runs it as it is enqueued)."""
     return n
+
+
+@unique("export:{export_id}", on_duplicate="replace")
+@task
+def debounce_export(export_id: int, gate: str) -> str:
+    """The last enqueue per export wins: an earlier one still queued does not run."""
+    through_gate(gate, export_id)
+    return f"export {export_id} debounced"

@@ -47,3 +47,11 @@ def sync_account(self: Any, account: str, gate: str) -> str:
     if self.request.retries == 0:
         raise self.retry(countdown=0.5)
     return f"account {account} synced"
+
+
+@unique("report:{report_id}", on_duplicate="replace")
+@app.task
+def debounce_report(report_id: int, gate: str) -> str:
+    """The last enqueue per report wins: an earlier one still queued does not run."""
+    through_gate(gate, report_id)
+    return f"report {report_id} debounced"

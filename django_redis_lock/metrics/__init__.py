@@ -231,6 +231,13 @@ def leading(name: str, leads: bool) -> None:
         _safely(observer.leading, label, leads)
 
 
+def unique(task: str, outcome: str) -> None:
+    """An enqueue or a start of the @unique task ``task``: its ``outcome`` (enqueued,
+    duplicate, replaced, skipped, throttled)."""
+    for observer in observers():
+        _safely(observer.unique, task, outcome)
+
+
 def renewal(outcome: str) -> None:
     """A renewal by the watchdog: "renewed" or "failed"."""
     for observer in observers():

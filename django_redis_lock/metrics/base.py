@@ -43,6 +43,9 @@ class Observer:
     def leading(self, label: str, leads: bool) -> None:
         """This process took (``leads``) or gave up the leadership ``label``."""
 
+    def unique(self, task: str, outcome: str) -> None:
+        """An enqueue or a start of the @unique task ``task`` ended with ``outcome``."""
+
     def unavailable(self, alias: str) -> None:
         """A call could not reach the Redis of cache ``alias``, or it answered an error."""
 

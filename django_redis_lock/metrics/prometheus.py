@@ -67,6 +67,13 @@ class PrometheusObserver(Observer):
             "django_redis_lock_leader_changes", "Leaderships this process took, by "
             "leadership name.", ["lock"], registry=registry,
         )  # fmt: skip
+        self.uniques = Counter(
+            "django_redis_lock_unique", "Enqueues and starts of @unique tasks, by task name "
+            "and outcome: enqueued, duplicate (the task holding the key returned or raised), "
+            "replaced (a debounce took a queued task's key), skipped (a start that did not "
+            "run), throttled (a duplicate within a window).", ["task", "outcome"],
+            registry=registry,
+        )  # fmt: skip
 
         # Each label's series, bound once: labels() costs more than the update itself.
         self._series: dict[str, _Series] = {}
@@ -120,6 +127,9 @@ class PrometheusObserver(Observer):
 
     def unavailable(self, alias: str) -> None:
         self.unavailables.labels(alias).inc()
+
+    def unique(self, task: str, outcome: str) -> None:
+        self.uniques.labels(task, outcome).inc()
 
     def leading(self, label: str, leads: bool) -> None:
         self.leader.labels(label).set(1 if leads else 0)

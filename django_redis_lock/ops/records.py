@@ -35,6 +35,18 @@ class LockPage:
 
 #: What a leadership's lock name starts with (``leader(name)`` holds ``leader:<name>``).
 LEADER_PREFIX = "leader:"
+#: What a unique task's key starts with (``@unique`` holds ``unique:<task name>:<key>``).
+UNIQUE_PREFIX = "unique:"
+# The mode a unique key's label starts with, in brackets ("[window 60 s] app.task queued as
+# ..."): a few plain words, as @unique writes them; any other text is not a mode.
+_UNIQUE_MODE = re.compile(r"\[([a-z0-9 .,+-]{1,80})\] ")
+
+
+def unique_mode(label: object) -> str:
+    """The mode a unique key's label starts with ("" when it names none: @unique's
+    defaults, or a label someone else wrote)."""
+    found = _UNIQUE_MODE.match(label) if isinstance(label, str) else None
+    return found.group(1) if found else ""
 
 
 @dataclass(frozen=True)
@@ -67,9 +79,17 @@ class LockInfo:
         return self.kind == "lock" and self.name.startswith(LEADER_PREFIX)
 
     @property
+    def unique(self) -> bool:
+        """Whether the lock is a unique task's key (``@unique`` holds ``unique:<...>``)."""
+        return self.kind == "lock" and self.name.startswith(UNIQUE_PREFIX)
+
+    @property
     def held_as(self) -> str:
         """What is held, for people: ``""`` for a lock, ``leader``, ``semaphore of 3``,
-        ``read``, ``write``."""
+        ``read``, ``write``, ``unique`` (with its mode: ``unique, window 60 s``)."""
+        if self.unique:
+            mode = unique_mode(self.label)
+            return f"unique, {mode}" if mode else "unique"
         if self.kind == "lock":
             return "leader" if self.leadership else ""
         if self.kind == "semaphore":  # its limit unknown when the stored one is not a number

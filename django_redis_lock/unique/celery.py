@@ -8,16 +8,19 @@ finalized, or when ``@app.task``'s lazy proxy is evaluated).
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import functools
 import inspect
 import logging
 import threading
+from contextlib import suppress
 from typing import Any
 
+from django_redis_lock.exceptions import Skipped
 from django_redis_lock.locked.naming import Naming
 from django_redis_lock.unique.enqueue import enqueue_once
-from django_redis_lock.unique.keys import PREFIX, TaskKey, UniqueSpec, finished, started
+from django_redis_lock.unique.keys import TaskKey, UniqueSpec, finished, started
 
 logger = logging.getLogger("django_redis_lock")
 
@@ -25,7 +28,13 @@ logger = logging.getLogger("django_redis_lock")
 _MARK = "_django_redis_lock_unique"
 # Keys taken over by tasks running in this process, by task id.
 _running: dict[str, TaskKey] = {}
+# Starts that must not run, by task id: their run raises it (see _mark).
+_skipped: dict[str, Skipped] = {}
 _running_lock = threading.Lock()
+# Set while a unique task's apply_async sends: the app's send_task it calls is not guarded.
+_through: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "django_redis_lock_unique_through", default=False
+)
 _connected = threading.Lock()
 _signals_connected = False
 
@@ -112,9 +121,9 @@ class _Unique:
     """What a marked task instance knows: its spec, how it names keys, its send."""
 
     def __init__(self, task: Any, spec: UniqueSpec, send: Any) -> None:
-        self.spec = spec
+        self.spec = dataclasses.replace(spec, task=task.name)
         self.send = send
-        self.label = spec.label or task.name
+        self.label = spec.shown(spec.label or task.name)
         self._naming: Naming | None = None
         self._task = task
 
@@ -132,7 +141,27 @@ class _Unique:
             [list(args or ()), dict(kwargs or {})], serializer=self._task.serializer
         )
         args, kwargs = loads(payload, content_type, encoding)
-        return PREFIX + self._naming(tuple(args), kwargs)
+        return self.spec.key_name(self._task.name, self._naming(tuple(args), kwargs))
+
+    def enqueue(
+        self, send: Any, args: Any, kwargs: Any, task_id: str | None, options: dict[str, Any]
+    ) -> Any:
+        """Send the task through ``send`` (its apply_async before @unique, or the app's
+        send_task) once its key is taken, or find the task holding it."""
+        from celery.utils import uuid
+
+        # The id is chosen before the send (as Celery would, with its own function), so that
+        # the key carries it from the start: a duplicate reads it back at once.
+        task_id = task_id or uuid()
+        return enqueue_once(
+            self.spec,
+            self.name(args, kwargs),
+            self.label,
+            task_id,
+            lambda: send(args, kwargs, task_id=task_id, **options),
+            lambda result: str(result.id),
+            self._task.AsyncResult,
+        )
 
 
 def _mark(task: Any, spec: UniqueSpec) -> None:
@@ -146,25 +175,56 @@ def _mark(task: Any, spec: UniqueSpec) -> None:
     def apply_async(
         args: Any = None, kwargs: Any = None, task_id: str | None = None, **options: Any
     ) -> Any:
-        if task_id is not None and task_id in _running:  # a retry of a task running here
-            return send(args, kwargs, task_id=task_id, **options)
-        from celery.utils import uuid
+        through = _through.set(True)  # its send_task: not guarded again
+        try:
+            if task_id is not None and task_id in _running:  # a retry of a task running here
+                return send(args, kwargs, task_id=task_id, **options)
+            return unique.enqueue(send, args, kwargs, task_id, options)
+        finally:
+            _through.reset(through)
 
-        # The id is chosen before the send (as Celery would, with its own function), so that
-        # the key carries it from the start: a duplicate reads it back at once.
-        task_id = task_id or uuid()
-        return enqueue_once(
-            spec,
-            unique.name(args, kwargs),
-            unique.label,
-            task_id,
-            lambda: send(args, kwargs, task_id=task_id, **options),
-            lambda result: str(result.id),
-            task.AsyncResult,
-        )
+    run = task.run
+
+    @functools.wraps(run)
+    def guarded_run(*args: Any, **kwargs: Any) -> Any:
+        # A start that must not run (see keys.started) was found so by its prerun signal,
+        # which cannot stop the run itself: its run raises Skipped instead, its result then.
+        with _running_lock:
+            skip = _skipped.pop(task.request.id, None)
+        if skip is not None:
+            raise skip
+        return run(*args, **kwargs)
 
     setattr(task, _MARK, unique)
     task.apply_async = apply_async
+    task.run = guarded_run
+    task.throws = (*task.throws, Skipped)  # an expected outcome: logged without a traceback
+    _guard_send_task(task.app)
+
+
+def _guard_send_task(app: Any) -> None:
+    """Make ``app.send_task(name, ...)`` take the key of a unique task ``name`` known to
+    ``app``: once per app. A task's own apply_async sends through send_task too, its key
+    already taken (or a retry's, which keeps it): that send goes straight through."""
+    if getattr(app, _MARK, None) is not None:
+        return
+    send_task = app.send_task
+
+    @functools.wraps(send_task)
+    def guarded(
+        name: str, args: Any = None, kwargs: Any = None, task_id: str | None = None, **options: Any
+    ) -> Any:
+        unique: _Unique | None = getattr(app.tasks.get(name), _MARK, None)
+        if unique is None or _through.get():
+            return send_task(name, args, kwargs, task_id=task_id, **options)
+
+        def send(args: Any, kwargs: Any, **options: Any) -> Any:
+            return send_task(name, args, kwargs, **options)
+
+        return unique.enqueue(send, args, kwargs, task_id, options)
+
+    setattr(app, _MARK, True)
+    app.send_task = guarded
 
 
 def _connect_signals() -> None:
@@ -186,6 +246,10 @@ def _prerun(task_id: str, task: Any, args: Any, kwargs: Any, **extra: Any) -> No
         return
     try:
         key = started(unique.spec, unique.name(args, kwargs), unique.label, task_id)
+    except Skipped as skip:
+        with _running_lock:
+            _skipped[task_id] = skip
+        return
     except Exception:  # Redis down: the task runs; its key ends by its lease
         logger.exception("Unique task %s (%s): its key could not be taken over.", task_id, task)
         return
@@ -201,7 +265,13 @@ def _postrun(task_id: str, task: Any, state: str | None = None, **extra: Any) ->
     with _running_lock:
         key = _running.pop(task_id, None)
     try:
-        finished(key, retry=state == "RETRY", spec=unique.spec, label=unique.label)
+        finished(
+            key,
+            retry=state == "RETRY",
+            spec=unique.spec,
+            label=unique.label,
+            success=state == "SUCCESS",
+        )
     except Exception:
         logger.exception("Unique task %s (%s): its key could not be freed.", task_id, task)
 
@@ -219,7 +289,8 @@ def _revoked(request: Any = None, **extra: Any) -> None:
     try:
         if key is None:  # still queued: take the key over and free it, as a start would
             name = unique.name(getattr(request, "args", ()), getattr(request, "kwargs", {}))
-            started(dataclasses.replace(unique.spec, until="executing"), name, "", task_id)
+            with suppress(Skipped):  # another task's key: not this one's to free
+                started(dataclasses.replace(unique.spec, until="executing"), name, "", task_id)
         finished(key, retry=False, spec=unique.spec, label=unique.label)
     except Exception:
         logger.exception("Unique task %s (%s): its key could not be freed.", task_id, task)

@@ -27,6 +27,7 @@ from django_redis_lock.unique.keys import (
     UniqueSpec,
     none,
     refused,
+    report,
     sending_lock,
     state_label,
     task_of,
@@ -67,8 +68,10 @@ def enqueuing(
     spec: UniqueSpec, name: str, label: str, task_id: str | None, sender: Sender
 ) -> EnqueueFlow[Any]:
     """Take the key ``name``, then send the task (the key given back if that fails); on a
-    duplicate, the handle of the task holding the key, or AlreadyQueued. ``task_id`` None:
-    the framework chooses it as it sends (see the module)."""
+    duplicate, the handle of the task holding the key, or AlreadyQueued; with
+    ``on_duplicate="replace"``, take the queued (or running) task's key over and send this one
+    (the other, started later, does not run). ``task_id`` None: the framework chooses it as it
+    sends (see the module)."""
     for _ in range(3):  # the holder may free the key between our try and our look
         key = TaskKey(spec, name, state_label(label, "queued", task_id))
         sending = None if task_id is not None else sending_lock(name, spec)
@@ -77,17 +80,32 @@ def enqueuing(
         enqueue = Enqueuing(key, sending)
         try:
             if (yield Do(key, "acquire")):
+                report(spec, "enqueued")
+                return (yield from _sending(enqueue, label, task_id, sender))
+            # A read of who holds it; a debounce takes a queued or running task's hold over
+            # (its lease extended to the queued one's), which is then this task's.
+            accept = replaceable if spec.on_duplicate == "replace" else none
+            found, taken = yield Do(key, "take_over", (key.label or "", accept))
+            if taken:
+                report(spec, "replaced")
                 return (yield from _sending(enqueue, label, task_id, sender))
         finally:
             yield Do(enqueue, "said")
-        found, _ = yield Do(key, "take_over", (key.label or "", none))  # a read: who holds it
         if found is None:
             continue  # freed meanwhile: try again
+        report(spec, "throttled" if spec.until == "window" else "duplicate")
         holder_id = task_of(found)[1]
         if spec.on_duplicate == "raise" or holder_id is None:
             raise refused(spec, name, holder_id)
         return (yield Do(sender, "found", (holder_id,)))
     raise refused(spec, name, None)
+
+
+def replaceable(label: str) -> bool:
+    """Whether a debounce replaces the task of a key labelled ``label``: one queued or
+    running, not a success kept (``keep_after_success``) nor one whose id is not known."""
+    state, holder = task_of(label)
+    return state in ("queued", "running") and holder is not None
 
 
 def _sending(

@@ -21,9 +21,11 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 from urllib.parse import quote, unquote
 
+from django_redis_lock import metrics
 from django_redis_lock.core.lock import Lock
-from django_redis_lock.exceptions import AlreadyQueued, LockError
+from django_redis_lock.exceptions import AlreadyQueued, LockError, Skipped
 from django_redis_lock.locked.naming import NameSpec, Naming
+from django_redis_lock.ops.records import UNIQUE_PREFIX
 from django_redis_lock.validation import (
     MAX_LABEL_LENGTH,
     MAX_NAME_LENGTH,
@@ -32,21 +34,25 @@ from django_redis_lock.validation import (
 
 logger = logging.getLogger("django_redis_lock")
 
-#: What ``until`` takes: the key is freed when a worker starts the task, or when it ends.
-UNTIL = ("executing", "executed")
-#: What ``on_duplicate`` takes: the handle of the task holding the key, or AlreadyQueued.
-ON_DUPLICATE = ("return", "raise")
+#: What ``until`` takes: the key is freed when a worker starts the task, or when it ends, or
+#: lives its window from the first enqueue whatever the task does (a throttle).
+UNTIL = ("executing", "executed", "window")
+#: What ``on_duplicate`` takes: the handle of the task holding the key, AlreadyQueued, or the
+#: new task in place of the one queued (a debounce: the queued one will not run).
+ON_DUPLICATE = ("return", "raise", "replace")
+#: What ``scope`` takes: the task's name is part of the key's name, or not.
+SCOPES = ("task", "global")
 #: The lease of a queued task's key when @unique is given no timeout: one hour in the queue.
 QUEUED_TIMEOUT = 3600.0
 #: The start of every unique task key's lock name.
-PREFIX = "unique:"
+PREFIX = UNIQUE_PREFIX
 #: The start of a sending lock's name (see :func:`sending_lock`).
 SENDING = "unique-sending:"
 #: How long an enqueue, or a starting worker, waits at most for the enqueue that sends the task
 #: of its key to write the task's id (Django's tasks: the backend chooses it as it queues).
 ID_WAIT = 2.0
 #: The states a unique key's label ends with, before the task's id.
-STATES = ("queued", "running")
+STATES = ("queued", "running", "done")
 #: A label's part before its task's state is cut to this many characters at least, when a task
 #: id too long to fit makes the whole longer than MAX_LABEL_LENGTH (the id is kept whole).
 MIN_SHOWN_LABEL = 64
@@ -72,9 +78,49 @@ class UniqueSpec:
     using: str | tuple[str, ...] | None
     #: Shown to operators before the task's state: the task's dotted name unless given.
     label: str | None
+    #: ``until="window"``: how long the key lives from its enqueue (seconds).
+    window: float | None = None
+    #: For how long after a success a duplicate gets that run (seconds; None: not at all).
+    keep_after_success: float | None = None
+    scope: str = "task"
+    #: The task's name (its metrics' ``task`` label), set once the task is known.
+    task: str = ""
 
     def naming(self, signature: Any, where: str) -> Naming:
         return Naming(self.key, signature, where)
+
+    @property
+    def lease(self) -> float:
+        """The key's lease from its enqueue: the window of a throttle, else the queued one."""
+        return self.window if self.window is not None else self.timeout
+
+    @property
+    def mode(self) -> str:
+        """What operators see of the options in the key's label ("" for the defaults)."""
+        parts = []
+        if self.until == "window":
+            parts.append(f"window {self.window:g} s")
+        elif self.until == "executing":
+            parts.append("until executing")
+        if self.on_duplicate == "replace":
+            parts.append("replace")
+        if self.keep_after_success is not None:
+            parts.append(f"keep {self.keep_after_success:g} s")
+        return ", ".join(parts)
+
+    def shown(self, label: str) -> str:
+        """``label`` as the key's label starts: its mode first, in brackets (read back by
+        :func:`~django_redis_lock.ops.records.unique_mode`), where not the defaults."""
+        return f"[{self.mode}] {label}" if self.mode else label
+
+    def key_name(self, task_name: str, key: str) -> str:
+        """The lock name of ``key`` (the template filled in) for the task ``task_name``."""
+        return PREFIX + (f"{task_name}:{key}" if self.scope == "task" else key)
+
+
+def report(spec: UniqueSpec, outcome: str) -> None:
+    """Count an enqueue's or a start's ``outcome`` in the unique task metrics."""
+    metrics.unique(spec.task or "-", outcome)
 
 
 def state_label(label: str, state: str, task_id: str | None) -> str:
@@ -111,7 +157,7 @@ class TaskKey(Lock):
     the task through the Lock's public :meth:`~Lock.take_over`."""
 
     def __init__(self, spec: UniqueSpec, name: str, label: str, *, running: bool = False):
-        timeout = None if running else spec.timeout
+        timeout = None if running else spec.lease
         super().__init__(
             name, timeout=timeout, blocking=False, auto_renew=running, using=spec.using
         )
@@ -167,8 +213,15 @@ class Enqueuing(NamedTuple):
 def started(spec: UniqueSpec, name: str, label: str, task_id: str) -> TaskKey | None:
     """A worker starts task ``task_id`` of key ``name``: take the key over (or take it, if its
     lease ended), and keep it while the task runs (``until="executed"``: returned, to be given
-    to :func:`finished`) or free it now (``"executing"``). A key held by another task is left
-    to it, with a warning: this run goes on without the key."""
+    to :func:`finished`) or free it now (``"executing"``). A throttle's key (``"window"``) is
+    left to its window.
+
+    Raises :class:`Skipped` when the task must not run: its key is held by another task (a
+    later enqueue replaced it, or it was redelivered while another of its key is queued or
+    running), or it already succeeded (``keep_after_success``).
+    """
+    if spec.until == "window":
+        return None
     running = state_label(label, "running", task_id)
     own = under_way.get()
     if own is not None and own.key.name == name and own.key.held:  # run as it is enqueued
@@ -182,10 +235,15 @@ def started(spec: UniqueSpec, name: str, label: str, task_id: str) -> TaskKey | 
         return key
     key = TaskKey(spec, name, running, running=True)
 
-    def ours(found: str) -> bool:  # queued for it, or its own earlier run (redelivered)
-        return task_of(found)[1] in (task_id, None)
+    def mine(found: str) -> bool:  # queued for it, or its own earlier run (redelivered)
+        state, holder = task_of(found)
+        return holder == task_id and state != "done"
 
-    found, taken = key.take_over(running, lambda found: task_of(found)[1] == task_id)
+    def ours(found: str) -> bool:  # or queued by an enqueue that has not said its id
+        state, holder = task_of(found)
+        return holder in (task_id, None) and state != "done"
+
+    found, taken = key.take_over(running, mine)
     if found is not None and not taken and task_of(found)[1] is None:
         # Its enqueue has yet to write the id (Django's tasks): wait for it to let go of its
         # sending lock, woken by the release.
@@ -194,30 +252,55 @@ def started(spec: UniqueSpec, name: str, label: str, task_id: str) -> TaskKey | 
             free(sending)
         found, taken = key.take_over(running, ours)
     if found is None:
-        taken = spec.until == "executed" and key.acquire()
-    if found is not None and not taken:
-        logger.warning(
-            "The unique key %r is held by task %s; task %s runs without it.",
-            name,
-            task_of(found)[1],
-            task_id,
-        )
-    if taken and spec.until == "executing":
+        taken = spec.until == "executing" or key.acquire()
+        if not taken:  # a new enqueue took the key meanwhile: its task runs, not this one
+            found = key.take_over(running, none)[0]
+    if not taken:
+        raise skipped(spec, name, task_id, found)
+    if spec.until == "executing" and key.held:
         free(key)
         return None
-    return key if taken else None
+    return key if key.held else None
 
 
-def finished(key: TaskKey | None, *, retry: bool, spec: UniqueSpec, label: str) -> None:
+def skipped(spec: UniqueSpec, name: str, task_id: str, found: str | None) -> Skipped:
+    """The Skipped of task ``task_id``, which found key ``name`` held as ``found``."""
+    state, holder = task_of(found or "")
+    report(spec, "skipped")
+    if state == "done" and holder == task_id:
+        why = "it already succeeded"
+    elif spec.on_duplicate == "replace" and state == "queued":
+        why = f"a later enqueue replaced it with task {holder}"
+    else:
+        why = f"the key is held by task {holder}" if holder else "the key is held by another"
+    logger.info("Unique task %s (key %r) does not run: %s.", task_id, name, why)
+    return Skipped(f"Task {task_id} did not run: {why} (unique key {name!r}).", holder)
+
+
+def finished(
+    key: TaskKey | None, *, retry: bool, spec: UniqueSpec, label: str, success: bool = False
+) -> None:
     """The task of ``key`` ended: free the key; or, a retry was queued, keep it with the
-    queued lease until a worker starts the retry (``key``, dropped, is renewed no more)."""
+    queued lease until a worker starts the retry (``key``, dropped, is renewed no more); or it
+    succeeded with ``keep_after_success``: keep it that long, its label saying ``done``.
+    A key a later enqueue took over (``on_duplicate="replace"``) is left to that one."""
     if key is None:
         return
+    task_id = task_of(key.label or "")[1]
     if retry and key.held:
-        task_id = task_of(key.label or "")[1]
         with suppress(LockError):
             key.take_over(state_label(label, "queued", task_id), lease=spec.timeout)
         return
+    if spec.on_duplicate == "replace":  # read what the key says now: still this task's?
+        running = key.label or ""
+        fresh = TaskKey(spec, key.name, running)
+        if not fresh.take_over(running, lambda found: found == running)[1]:
+            return  # replaced while it ran (or lost): the key is the later task's
+        key = fresh
+    if success and spec.keep_after_success is not None and key.held:
+        with suppress(LockError):
+            key.take_over(state_label(label, "done", task_id), lease=spec.keep_after_success)
+            return
     free(key)
 
 

@@ -13,6 +13,7 @@ duplicate or a starting worker waits on that lock, woken by its release (see ``e
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import inspect
 import logging
@@ -20,10 +21,10 @@ import sys
 import threading
 from typing import Any
 
-from django_redis_lock.exceptions import AlreadyQueued
+from django_redis_lock.exceptions import AlreadyQueued, Skipped
 from django_redis_lock.locked.naming import Naming
 from django_redis_lock.unique.enqueue import arun, enqueuing, run
-from django_redis_lock.unique.keys import PREFIX, TaskKey, UniqueSpec, finished, started
+from django_redis_lock.unique.keys import TaskKey, UniqueSpec, finished, started
 
 logger = logging.getLogger("django_redis_lock")
 
@@ -32,6 +33,10 @@ _FRAMEWORKS = ("django.tasks", "django_tasks")
 _running: dict[str, TaskKey] = {}
 _lock = threading.Lock()
 _connected: set[str] = set()
+# The Skipped of the task about to be called in this context (see _subclass).
+_skip: contextvars.ContextVar[Skipped | None] = contextvars.ContextVar(
+    "django_redis_lock_unique_skip", default=None
+)
 
 
 def framework_of(target: object) -> str | None:
@@ -47,8 +52,9 @@ class _Unique:
     """What a unique task's class knows of it: its spec, label and how it names its key."""
 
     def __init__(self, task: Any, spec: UniqueSpec, framework: str) -> None:
-        self.spec = spec
-        self.label = spec.label or task.module_path
+        self.spec = dataclasses.replace(spec, task=task.module_path)
+        self.label = spec.shown(spec.label or task.module_path)
+        self.task_name = task.module_path
         signature = inspect.signature(task.func)
         if task.takes_context:  # the context comes first, and is not an argument queued
             signature = signature.replace(parameters=list(signature.parameters.values())[1:])
@@ -56,7 +62,8 @@ class _Unique:
         self.normalize = _import(framework, "normalize_json")
 
     def name(self, args: Any, kwargs: Any) -> str:
-        return PREFIX + self.naming(tuple(self.normalize(list(args))), self.normalize(kwargs))
+        key = self.naming(tuple(self.normalize(list(args))), self.normalize(kwargs))
+        return self.spec.key_name(self.task_name, key)
 
 
 def _import(framework: str, name: str) -> Any:
@@ -97,7 +104,27 @@ def _subclass(cls: Any) -> type:
     async def aenqueue(self: Any, *args: Any, **kwargs: Any) -> Any:
         return await arun(flow(self, args, kwargs))
 
-    body = {"enqueue": enqueue, "aenqueue": aenqueue, "__slots__": ()}
+    # A start that must not run (see keys.started) was found so by the task_started signal,
+    # which the frameworks send before they call the task: the call raises Skipped instead.
+    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if (skip := _skip.get()) is not None:
+            _skip.set(None)
+            raise skip
+        return cls.call(self, *args, **kwargs)
+
+    async def acall(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if (skip := _skip.get()) is not None:
+            _skip.set(None)
+            raise skip
+        return await cls.acall(self, *args, **kwargs)
+
+    body = {
+        "enqueue": enqueue,
+        "aenqueue": aenqueue,
+        "call": call,
+        "acall": acall,
+        "__slots__": (),
+    }
     return type(f"Unique{cls.__name__}", (cls,), body)
 
 
@@ -151,6 +178,9 @@ def _task_started(sender: Any, task_result: Any, **kwargs: Any) -> None:
     name = unique.name(task_result.args, task_result.kwargs)
     try:
         key = started(unique.spec, name, unique.label, task_id)
+    except Skipped as skip:
+        _skip.set(skip)
+        return
     except Exception:  # Redis down: the task runs; its key ends by its lease
         logger.exception("Unique task %s: its key could not be taken over.", task_id)
         return
@@ -166,6 +196,7 @@ def _task_finished(sender: Any, task_result: Any, **kwargs: Any) -> None:
     with _lock:
         key = _running.pop(str(task_result.id), None)
     try:
-        finished(key, retry=False, spec=unique.spec, label=unique.label)
+        success = str(getattr(task_result.status, "value", task_result.status)) == "SUCCESSFUL"
+        finished(key, retry=False, spec=unique.spec, label=unique.label, success=success)
     except Exception:
         logger.exception("Unique task %s: its key could not be freed.", task_result.id)

@@ -273,10 +273,11 @@ def test_unique_celery(celery_broker_server: Any) -> None:
         app.conf.task_always_eager = True
         try:
             assert unique_celery.request_report(1)  # run at once (eager)
-            with lock("unique:report:1", label="x queued as abc"):  # as a queued task holds it
+            report = f"unique:{unique_celery.rebuild_report.name}:report:1"
+            with lock(report, label="x queued as abc"):  # as a queued task holds it
                 assert unique_celery.request_report(1) == "abc"
             with (
-                lock("unique:digest:5", label="x queued as def"),
+                lock(f"unique:{unique_celery.send_digest.name}:digest:5", label="x queued as def"),
                 pytest.raises(AlreadyQueued) as refused,
             ):
                 unique_celery.send_digest.delay(5)
@@ -287,12 +288,34 @@ def test_unique_celery(celery_broker_server: Any) -> None:
     assert calls() == [("build_report", None), ("send_digest_to", 5)]
 
 
+def test_unique_modes(celery_broker_server: Any) -> None:
+    from django_redis_lock import Skipped
+    from tests.celery_worker import on_broker
+
+    with on_broker(celery_broker_server):
+        modes = example("unique_modes")
+        nobody = "tests.docs.nobody"  # a queue no worker reads
+        digest = modes.send_digest.apply_async((5,), queue=nobody)
+        assert modes.send_digest.apply_async((5,), queue=nobody).id == digest.id  # throttled
+        assert modes.send_digest.apply((5,), task_id=digest.id).successful()
+        assert modes.send_digest.apply_async((5,), queue=nobody).id == digest.id  # its window
+        first = modes.sync_customer.apply_async((7,), queue=nobody)
+        last = modes.sync_customer.apply_async((7,), queue=nobody)
+        assert isinstance(modes.sync_customer.apply((7,), task_id=first.id).result, Skipped)
+        assert modes.sync_customer.apply((7,), task_id=last.id).successful()
+        report = modes.rebuild_report.apply_async((2,), queue=nobody)
+        assert modes.rebuild_report.apply((2,), task_id=report.id).get() == 2
+        assert modes.rebuild_report.apply_async((2,), queue=nobody).id == report.id  # kept
+    assert calls() == [("send_digest_to", 5), ("sync_customer_data", 7), ("build_report", None)]
+
+
 @pytest.mark.skipif(settings.TASKS_FRAMEWORK is None, reason="no tasks framework installed")
 def test_unique_tasks() -> None:
     unique_tasks = example("unique_tasks")
     assert unique_tasks.request_report(2)  # the immediate backend runs it as it is enqueued
     assert calls() == [("build_report", None)]
-    with lock("unique:report:2", label="x queued as xyz"):
+    report = f"unique:{unique_tasks.rebuild_report.module_path}:report:2"
+    with lock(report, label="x queued as xyz"):
         assert unique_tasks.request_report(2) == "xyz"
     assert calls() == [("build_report", None)]
 

@@ -100,7 +100,8 @@ def test_unique_tasks(celery_broker_server: Any) -> None:
         app.conf.task_always_eager = True
         try:
             rebuild_report.delay(1)  # run at once (eager): the key is free
-            with lock("unique:report:1", label="x queued as abc"):  # as a queued task holds it
+            key = f"unique:{rebuild_report.name}:report:1"  # the task's name, then its key
+            with lock(key, label="x queued as abc"):  # as a queued task holds it
                 assert rebuild_report.delay(1).id == "abc"
         finally:
             app.conf.task_always_eager = False

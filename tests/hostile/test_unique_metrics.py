@@ -85,13 +85,13 @@ def test_a_duplicate_gets_back_any_task_id(celery_app: Any, task_id: str) -> Non
     again = task.apply_async((1,), queue=NOBODY)
     assert again.id == task_id
     assert task.delay(1).id == task_id
-    info = get_lock_manager().get("unique:hid:1")
+    info = get_lock_manager().get("unique:tests.hostile.ids:hid:1")
     assert info is not None
     out = io.StringIO()
     call_command("locks", "list", stdout=out, no_color=True)
     assert all(len(line) <= 120 for line in out.getvalue().splitlines())
-    shown = json.loads(_cmd_json("show", "unique:hid:1"))
-    assert shown["name"] == "unique:hid:1"
+    shown = json.loads(_cmd_json("show", "unique:tests.hostile.ids:hid:1"))
+    assert shown["name"] == "unique:tests.hostile.ids:hid:1"
 
 
 @pytest.mark.parametrize("task_id", TASK_IDS, ids=range(len(TASK_IDS)))
@@ -118,14 +118,14 @@ def test_two_tasks_from_one_function_keep_their_keys(celery_app: Any) -> None:
     assert a.apply_async((1,), queue=NOBODY).id == first_a.id
     with pytest.raises(AlreadyQueued):
         b.apply_async((1,), queue=NOBODY)
-    names = sorted(info.name for info in get_lock_manager().list("unique:two-*"))
-    assert names == ["unique:two-a:1", "unique:two-b:1"]
+    names = sorted(info.name for info in get_lock_manager().list("unique:tests.hostile.two.*"))
+    assert names == ["unique:tests.hostile.two.a:two-a:1", "unique:tests.hostile.two.b:two-b:1"]
 
 
 def test_two_tasks_given_one_key_share_it(celery_app: Any) -> None:
-    """Two tasks (different names) given the same key share the key: documented as a key."""
-    a = task_named(celery_app, "tests.hostile.same.a", "same:{item}")
-    b = task_named(celery_app, "tests.hostile.same.b", "same:{item}")
+    """Two tasks (different names) given the same key with scope="global" share the key."""
+    a = task_named(celery_app, "tests.hostile.same.a", "same:{item}", scope="global")
+    b = task_named(celery_app, "tests.hostile.same.b", "same:{item}", scope="global")
     first = a.apply_async((1,), queue=NOBODY)
     assert b.apply_async((1,), queue=NOBODY).id == first.id
 

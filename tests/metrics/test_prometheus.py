@@ -385,3 +385,27 @@ def test_leadership_is_a_gauge_of_this_process_and_a_count_of_changes(registry: 
     assert get_lock_manager().release("leader:beat")  # deposed
     assert lead.lost.wait(5)
     assert leads() == 0
+
+
+def test_unique_enqueues_and_starts_are_counted_by_task_and_outcome(registry: Any) -> None:
+    import dataclasses
+    import functools
+
+    from django_redis_lock import Skipped
+    from django_redis_lock.unique.enqueue import enqueue_once
+    from django_redis_lock.unique.keys import UniqueSpec, started
+
+    def unique_total(outcome: str) -> float:
+        return value(registry, "django_redis_lock_unique_total", task="app.job", outcome=outcome)
+
+    spec = UniqueSpec("k", "executed", "return", 60, None, None, task="app.job")
+    replace = dataclasses.replace(spec, on_duplicate="replace")
+    window = dataclasses.replace(spec, until="window", window=60)
+    for each, task_id in ((spec, "t1"), (spec, "t2"), (replace, "t3"), (window, "w1")):
+        name = "unique:w" if each is window else "unique:k"
+        enqueue_once(each, name, "app.job", task_id, functools.partial(str, task_id), str, str)
+    enqueue_once(window, "unique:w", "app.job", "w2", lambda: "w2", str, str)
+    with pytest.raises(Skipped):  # t1, replaced by t3, starts
+        started(replace, "unique:k", "app.job", "t1")
+    counted = ("enqueued", "duplicate", "replaced", "skipped", "throttled")
+    assert [unique_total(outcome) for outcome in counted] == [2, 1, 1, 1, 1]

@@ -24,6 +24,17 @@ from tests.helpers import label_of, wait_until
     [
         ({"until": "done"}, ValueError, "until must be one of 'executing', 'executed'"),
         ({"on_duplicate": "skip"}, ValueError, "on_duplicate must be one of"),
+        ({"scope": "app"}, ValueError, "scope must be one of 'task', 'global'"),
+        ({"until": "window"}, ValueError, 'until="window" needs a window'),
+        ({"window": 60}, ValueError, 'window is only for until="window"'),
+        ({"until": "window", "window": 0}, ValueError, "window must be a number of seconds"),
+        ({"until": "window", "window": -5}, ValueError, "window must be a number of seconds"),
+        ({"until": "window", "window": "1m"}, TypeError, "window must be a number of seconds"),
+        ({"until": "window", "window": 9, "on_duplicate": "replace"}, ValueError, "replace"),
+        ({"until": "executing", "keep_after_success": 60}, ValueError, "keep_after_success"),
+        ({"until": "window", "window": 9, "keep_after_success": 9}, ValueError, "keep_after"),
+        ({"keep_after_success": 0}, ValueError, "keep_after_success must be a number"),
+        ({"keep_after_success": True}, TypeError, "keep_after_success must be a number"),
         ({"timeout": 0}, ValueError, "timeout"),
         ({"timeout": "1h"}, TypeError, "timeout"),
         ({"label": "x" * 300}, ValueError, "label"),
@@ -116,7 +127,7 @@ def test_every_app_that_has_the_task_takes_its_key(
         with pytest.raises(AlreadyQueued):
             own.apply_async((1,), queue=NOBODY)
         names = sorted(info.name for info in get_lock_manager().list("unique:*"))
-        assert names == ["unique:own:1", "unique:shared:1"]
+        assert names == ["unique:tests.unique.own:own:1", "unique:tests.unique.shared:shared:1"]
     finally:
         early.close()
         late.close()
@@ -156,7 +167,7 @@ def test_the_key_is_made_from_the_arguments_as_the_queue_stores_them(celery_app:
     @unique("batch:{ids}")
     @app.task(name="tests.unique.batch")  # type: ignore[untyped-decorator]
     def batch(ids: Any) -> None:
-        info = get_lock_manager().get("unique:batch:[1, 2]")
+        info = get_lock_manager().get("unique:tests.unique.batch:batch:[1, 2]")
         seen.append(None if info is None else info.label)
 
     app.conf.task_always_eager = True
@@ -208,6 +219,7 @@ def test_operators_see_a_unique_key_and_can_free_it() -> None:
     call_command("locks", "list", "--pattern", "unique:*", "--json", stdout=out)
     [shown] = json.loads(out.getvalue())
     assert (shown["name"], shown["label"]) == ("unique:report:9", "app.rebuild queued as t1")
+    assert shown["unique"] == "default"
     call_command("locks", "release", "unique:report:9", stdout=io.StringIO())
     assert (
         enqueue_once(spec, "unique:report:9", "app.rebuild", "t2", lambda: "t2", str, str) == "t2"

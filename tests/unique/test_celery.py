@@ -55,12 +55,15 @@ def test_a_duplicate_gets_the_task_already_queued_then_running(redis_client: red
     from testproject.tasks import rebuild_report
 
     first = rebuild_report.apply_async((1, "gate:u1"), countdown=1)
-    assert label_of("unique:report:1") == f"testproject.tasks.rebuild_report queued as {first.id}"
+    assert (
+        label_of("unique:testproject.tasks.rebuild_report:report:1")
+        == f"testproject.tasks.rebuild_report queued as {first.id}"
+    )
     again = rebuild_report.delay(1, "gate:u1-other")
     assert again.id == first.id  # queued: the same task, nothing sent
     assert gate_started(redis_client, "gate:u1") == "1"
     wait_until(
-        lambda: "running" in label_of("unique:report:1"),
+        lambda: "running" in label_of("unique:testproject.tasks.rebuild_report:report:1"),
         timeout=RESULT_SECONDS,
     )
     assert rebuild_report.delay(1, "gate:u1-other").id == first.id  # running: the same task
@@ -70,7 +73,10 @@ def test_a_duplicate_gets_the_task_already_queued_then_running(redis_client: red
     redis_client.rpush("gate:u2", "open")
     assert first.get(timeout=RESULT_SECONDS) == "report 1 rebuilt"
     assert other.get(timeout=RESULT_SECONDS) == "report 2 rebuilt"
-    wait_until(lambda: get_lock_manager().get("unique:report:1") is None, timeout=5)
+    wait_until(
+        lambda: get_lock_manager().get("unique:testproject.tasks.rebuild_report:report:1") is None,
+        timeout=5,
+    )
     redis_client.rpush("gate:u1-third", "open")
     third = rebuild_report.delay(1, "gate:u1-third")  # the key is free again
     assert third.id != first.id
@@ -87,7 +93,10 @@ def test_until_executing_frees_the_key_when_the_task_starts(redis_client: redis.
         send_digest.delay(7, "gate:d7-dup")
     assert refused.value.task_id == first.id
     assert gate_started(redis_client, "gate:d7") == "7"
-    wait_until(lambda: get_lock_manager().get("unique:digest:7") is None, timeout=5)
+    wait_until(
+        lambda: get_lock_manager().get("unique:testproject.tasks.send_digest:digest:7") is None,
+        timeout=5,
+    )
     redis_client.rpush("gate:d7-next", "open")
     second = send_digest.delay(7, "gate:d7-next")  # running, not queued: a new one queues
     assert second.id != first.id
@@ -105,10 +114,13 @@ def test_a_retry_keeps_the_key(redis_client: redis.Redis) -> None:
     redis_client.rpush("gate:s", "open")  # the first run fails and is retried
     assert gate_started(redis_client, "gate:s") == "acme:1"
     assert sync_account.delay("acme", "gate:s-dup").id == first.id  # the retry holds it
-    assert f"running as {first.id}" in label_of("unique:sync:acme")
+    assert f"running as {first.id}" in label_of("unique:testproject.tasks.sync_account:sync:acme")
     redis_client.rpush("gate:s", "open")
     assert first.get(timeout=RESULT_SECONDS) == "account acme synced"
-    wait_until(lambda: get_lock_manager().get("unique:sync:acme") is None, timeout=5)
+    wait_until(
+        lambda: get_lock_manager().get("unique:testproject.tasks.sync_account:sync:acme") is None,
+        timeout=5,
+    )
 
 
 @pytest.mark.usefixtures("worker")
@@ -116,11 +128,14 @@ def test_a_revoked_task_frees_its_key(redis_client: redis.Redis) -> None:
     from testproject.tasks import rebuild_report
 
     queued = rebuild_report.apply_async((3, "gate:r3"), countdown=2)
-    assert get_lock_manager().get("unique:report:3") is not None
+    assert get_lock_manager().get("unique:testproject.tasks.rebuild_report:report:3") is not None
     queued.revoke()
     # The worker drops the revoked task when its countdown ends, and frees its key then,
     # long before the key's lease (an hour) would.
-    wait_until(lambda: get_lock_manager().get("unique:report:3") is None, timeout=15)
+    wait_until(
+        lambda: get_lock_manager().get("unique:testproject.tasks.rebuild_report:report:3") is None,
+        timeout=15,
+    )
     assert redis_client.llen("gate:r3:started") == 0
 
 
@@ -135,10 +150,18 @@ def test_a_killed_worker_leaves_the_key_to_its_lease(
     with celery_worker(celery_broker_server, tmp_path, worker_env) as process:
         running = rebuild_report.delay(4, "gate:k4")
         assert gate_started(redis_client, "gate:k4") == "4"
-        wait_until(lambda: "running" in label_of("unique:report:4"), timeout=5)
+        wait_until(
+            lambda: "running" in label_of("unique:testproject.tasks.rebuild_report:report:4"),
+            timeout=5,
+        )
         os.kill(process.pid, signal.SIGKILL)
         killed = time.monotonic()
-        wait_until(lambda: get_lock_manager().get("unique:report:4") is None, timeout=15)
+        wait_until(
+            lambda: (
+                get_lock_manager().get("unique:testproject.tasks.rebuild_report:report:4") is None
+            ),
+            timeout=15,
+        )
         # The running lease, no longer renewed, ends it: not the hour a queued key has.
         assert time.monotonic() - killed <= RUNNING_LEASE + 5
         assert running.id
@@ -181,14 +204,16 @@ def _eager_then_failed_send(app: Any, rebuild_report: Any, redis_client: redis.R
     try:
         redis_client.rpush("gate:e6", "open")
         assert rebuild_report.delay(6, "gate:e6").get() == "report 6 rebuilt"  # run at once
-        assert get_lock_manager().get("unique:report:6") is None
+        assert get_lock_manager().get("unique:testproject.tasks.rebuild_report:report:6") is None
     finally:
         app.conf.task_always_eager = False
     from kombu.exceptions import SerializerNotInstalled
 
     with pytest.raises(SerializerNotInstalled):  # the key is taken, then the send fails
         rebuild_report.apply_async((6, "gate:e6"), serializer="no-such-serializer")
-    assert get_lock_manager().get("unique:report:6") is None  # given back
+    assert (
+        get_lock_manager().get("unique:testproject.tasks.rebuild_report:report:6") is None
+    )  # given back
 
 
 @pytest.mark.usefixtures("worker")
@@ -210,11 +235,36 @@ def test_any_task_id_celery_takes_is_the_one_a_duplicate_gets(
         send_digest.delay(8, "gate:t8d-dup")
     assert refused.value.task_id == digest.id
     assert gate_started(redis_client, "gate:t8") == "8"
-    wait_until(lambda: "running" in label_of("unique:report:8"), timeout=RESULT_SECONDS)
+    wait_until(
+        lambda: "running" in label_of("unique:testproject.tasks.rebuild_report:report:8"),
+        timeout=RESULT_SECONDS,
+    )
     assert rebuild_report.delay(8, "gate:t8-dup").id == task_id  # running: the same task
     redis_client.rpush("gate:t8", "open")
     redis_client.rpush("gate:t8d", "open")
     assert first.get(timeout=RESULT_SECONDS) == "report 8 rebuilt"
     assert digest.get(timeout=RESULT_SECONDS) == "digest 8 sent"
-    wait_until(lambda: get_lock_manager().get("unique:report:8") is None, timeout=5)
+    wait_until(
+        lambda: get_lock_manager().get("unique:testproject.tasks.rebuild_report:report:8") is None,
+        timeout=5,
+    )
     assert redis_client.llen("gate:t8-dup:started") == 0  # no duplicate ever ran
+
+
+@pytest.mark.usefixtures("worker")
+def test_a_debounced_task_reports_skipped_through_its_asyncresult(
+    redis_client: redis.Redis,
+) -> None:
+    from django_redis_lock import Skipped
+    from testproject.tasks import debounce_report
+
+    first = debounce_report.apply_async((9, "gate:b9"), countdown=1)
+    last = debounce_report.apply_async((9, "gate:b9"), countdown=1)
+    assert last.id != first.id
+    assert gate_started(redis_client, "gate:b9") == "9"  # one of them runs: the last
+    with pytest.raises(Skipped) as skipped:
+        first.get(timeout=RESULT_SECONDS)
+    assert skipped.value.task_id == last.id
+    redis_client.rpush("gate:b9", "open")
+    assert last.get(timeout=RESULT_SECONDS) == "report 9 debounced"
+    assert redis_client.llen("gate:b9:started") == 0  # the first never started its body

@@ -60,7 +60,7 @@ def test_the_immediate_backend_runs_the_task_and_frees_the_key() -> None:
     from testproject.jobs import ping
 
     assert ping.enqueue(3).return_value == 3
-    assert get_lock_manager().get("unique:ping:3") is None
+    assert get_lock_manager().get("unique:testproject.jobs.ping:ping:3") is None
 
 
 def test_the_immediate_backend_refuses_a_duplicate_while_the_task_runs(
@@ -73,7 +73,7 @@ def test_the_immediate_backend_refuses_a_duplicate_while_the_task_runs(
     first.start()
     try:
         assert gate_started(redis_client, "gate:i1") == "1"
-        label = label_of("unique:export:1")
+        label = label_of("unique:testproject.jobs.export_data:export:1")
         assert label.startswith("testproject.jobs.export_data running as ")
         # The immediate backend keeps no results: even on_duplicate="return" can only refuse.
         with pytest.raises(AlreadyQueued) as refused:
@@ -83,7 +83,7 @@ def test_the_immediate_backend_refuses_a_duplicate_while_the_task_runs(
         redis_client.rpush("gate:i1", "open")
         first.join(RESULT_SECONDS)
     assert results[0].return_value == "export 1 done"
-    assert get_lock_manager().get("unique:export:1") is None
+    assert get_lock_manager().get("unique:testproject.jobs.export_data:export:1") is None
     assert redis_client.llen("gate:i1-dup:started") == 0
 
 
@@ -101,7 +101,9 @@ def test_two_unique_tasks_of_one_function_keep_their_own_spec(redis_client: redi
             assert gate_started(redis_client, f"gate:o{value}") == str(value)
             held = [info.name for info in get_lock_manager().list("unique:*")]
             # by_gate keeps its key while it runs; by_value's was freed as it started.
-            assert held == (["unique:gate:gate:o1"] if task is by_gate else [])
+            assert held == (
+                ["unique:testproject.gates.through_gate:gate:gate:o1"] if task is by_gate else []
+            )
         finally:
             redis_client.rpush(f"gate:o{value}", "open")
             running.join(RESULT_SECONDS)
@@ -161,11 +163,19 @@ def test_a_duplicate_gets_the_task_already_queued_then_running(
     first = on_db.enqueue(2, "gate:w2")
     assert on_db.enqueue(2, "gate:w2-dup").id == first.id
     assert gate_started(redis_client, "gate:w2") == "2"
-    wait_until(lambda: f"running as {first.id}" in label_of("unique:export:2"), timeout=5)
+    wait_until(
+        lambda: (
+            f"running as {first.id}" in label_of("unique:testproject.jobs.export_data:export:2")
+        ),
+        timeout=5,
+    )
     assert on_db.enqueue(2, "gate:w2-dup").id == first.id
     redis_client.rpush("gate:w2", "open")
     assert _finished(first) == "export 2 done"
-    wait_until(lambda: get_lock_manager().get("unique:export:2") is None, timeout=5)
+    wait_until(
+        lambda: get_lock_manager().get("unique:testproject.jobs.export_data:export:2") is None,
+        timeout=5,
+    )
     redis_client.rpush("gate:w2-next", "open")
     again = on_db.enqueue(2, "gate:w2-next")
     assert again.id != first.id
@@ -182,7 +192,13 @@ def test_until_executing_and_on_duplicate_raise(worker: Any, redis_client: redis
         on_db.enqueue("cat.png", "gate:t-dup")
     assert refused.value.task_id in (str(first.id), None)  # None: its id not written yet
     assert gate_started(redis_client, "gate:t") == "cat.png"
-    wait_until(lambda: get_lock_manager().get("unique:thumbnail:cat.png") is None, timeout=5)
+    wait_until(
+        lambda: (
+            get_lock_manager().get("unique:testproject.jobs.make_thumbnail:thumbnail:cat.png")
+            is None
+        ),
+        timeout=5,
+    )
     redis_client.rpush("gate:t-next", "open")
     second = on_db.enqueue("cat.png", "gate:t-next")  # the first runs: a new one queues
     redis_client.rpush("gate:t", "open")
@@ -202,7 +218,7 @@ def test_aenqueue_gets_the_task_already_queued(worker: Any, redis_client: redis.
     first, second = asyncio.run(twice())
     assert second.id == first.id
     # Queued, or running already: the worker polls every 50 ms.
-    assert label_of("unique:export:3").endswith(f" as {first.id}")
+    assert label_of("unique:testproject.jobs.export_data:export:3").endswith(f" as {first.id}")
     redis_client.rpush("gate:a3", "open")
     assert _finished(first) == "export 3 done"
 
@@ -225,7 +241,10 @@ def test_concurrent_enqueues_from_several_processes_queue_one_task(
     assert queued.count() == 1
     assert gate_started(redis_client, "gate:c4") == "4"
     redis_client.rpush("gate:c4", "open")
-    wait_until(lambda: get_lock_manager().get("unique:export:4") is None, timeout=RESULT_SECONDS)
+    wait_until(
+        lambda: get_lock_manager().get("unique:testproject.jobs.export_data:export:4") is None,
+        timeout=RESULT_SECONDS,
+    )
 
 
 def test_a_killed_worker_leaves_the_key_to_its_lease(
@@ -235,8 +254,40 @@ def test_a_killed_worker_leaves_the_key_to_its_lease(
 
     export_data.using(backend="db").enqueue(5, "gate:k5")
     assert gate_started(redis_client, "gate:k5") == "5"
-    wait_until(lambda: "running" in label_of("unique:export:5"), timeout=5)
+    wait_until(
+        lambda: "running" in label_of("unique:testproject.jobs.export_data:export:5"), timeout=5
+    )
     os.kill(worker.pid, signal.SIGKILL)
     killed = time.monotonic()
-    wait_until(lambda: get_lock_manager().get("unique:export:5") is None, timeout=15)
+    wait_until(
+        lambda: get_lock_manager().get("unique:testproject.jobs.export_data:export:5") is None,
+        timeout=15,
+    )
     assert time.monotonic() - killed <= RUNNING_LEASE + 5
+
+
+def test_a_debounced_task_reports_skipped_through_its_result(
+    worker: Any, redis_client: redis.Redis
+) -> None:
+    from django_redis_lock import Skipped
+    from testproject.jobs import debounce_export, export_data
+
+    busy = export_data.using(backend="db").enqueue(7, "gate:b7-busy")  # holds the one worker
+    assert gate_started(redis_client, "gate:b7-busy") == "7"
+    on_db = debounce_export.using(backend="db")
+    first = on_db.enqueue(7, "gate:b7")
+    last = on_db.enqueue(7, "gate:b7")
+    assert last.id != first.id
+    redis_client.rpush("gate:b7-busy", "open")
+    redis_client.rpush("gate:b7", "open")
+    _finished(busy)
+
+    def first_ended() -> bool:
+        first.refresh()
+        return first.is_finished  # type: ignore[no-any-return]
+
+    wait_until(first_ended, timeout=RESULT_SECONDS, step=0.05)
+    assert first.status.name == "FAILED"
+    assert first.errors[0].exception_class is Skipped
+    assert _finished(last) == "export 7 debounced"
+    assert redis_client.llen("gate:b7:started") == 1  # the last only

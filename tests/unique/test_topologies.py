@@ -106,11 +106,22 @@ def test_celery(
         first = rebuild_report.delay(11, "gate:t11")
         assert rebuild_report.delay(11, "gate:t11-dup").id == first.id
         assert gate_started(redis_client, "gate:t11") == "11"
-        wait_until(lambda: f"running as {first.id}" in label_of("unique:report:11"), timeout=5)
+        wait_until(
+            lambda: (
+                f"running as {first.id}"
+                in label_of("unique:testproject.tasks.rebuild_report:report:11")
+            ),
+            timeout=5,
+        )
         assert rebuild_report.delay(11, "gate:t11-dup").id == first.id
         redis_client.rpush("gate:t11", "open")
         assert first.get(timeout=RESULT_SECONDS) == "report 11 rebuilt"
-        wait_until(lambda: get_lock_manager().get("unique:report:11") is None, timeout=5)
+        wait_until(
+            lambda: (
+                get_lock_manager().get("unique:testproject.tasks.rebuild_report:report:11") is None
+            ),
+            timeout=5,
+        )
     assert redis_client.llen("gate:t11-dup:started") == 0
 
 
@@ -129,8 +140,17 @@ def test_django_tasks(
         first = on_db.enqueue(12, "gate:t12")
         assert on_db.enqueue(12, "gate:t12-dup").id == first.id
         assert gate_started(redis_client, "gate:t12") == "12"
-        wait_until(lambda: f"running as {first.id}" in label_of("unique:export:12"), timeout=5)
+        wait_until(
+            lambda: (
+                f"running as {first.id}"
+                in label_of("unique:testproject.jobs.export_data:export:12")
+            ),
+            timeout=5,
+        )
         redis_client.rpush("gate:t12", "open")
         assert _finished(first) == "export 12 done"
-        wait_until(lambda: get_lock_manager().get("unique:export:12") is None, timeout=5)
+        wait_until(
+            lambda: get_lock_manager().get("unique:testproject.jobs.export_data:export:12") is None,
+            timeout=5,
+        )
     assert redis_client.llen("gate:t12-dup:started") == 0

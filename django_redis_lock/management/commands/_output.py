@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, TextIO
 
 from django_redis_lock.display import safe_text
-from django_redis_lock.ops.records import LockInfo
+from django_redis_lock.ops.records import LockInfo, unique_mode
 from django_redis_lock.stats import LockStats, duration
 
 # Rows whose widths set the table's columns; longer cells later are cut.
@@ -55,6 +55,7 @@ def as_json(info: LockInfo) -> dict[str, Any]:
         **({"kind": info.kind} if info.kind != "lock" else {}),
         **({"leader": True, "epoch": info.fencing_token} if info.leadership else {}),
         **({"limit": info.limit} if info.limit is not None else {}),
+        **({"unique": unique_mode(info.label) or "default"} if info.unique else {}),
     }
 
 
