@@ -48,6 +48,8 @@ PRIMARIES = 5
 ALIASES = [f"q{i}" for i in range(PRIMARIES)]
 # Short, so that a frozen primary shows quickly; a live one answers well within it.
 SOCKET_TIMEOUT = 0.5
+# The socket timeout of the late-majority test: its pause must stay well below it.
+LATE_SOCKET_TIMEOUT = 3.0
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +61,9 @@ def servers() -> Iterator[list[RedisServer]]:
         group.stop_all()
 
 
-def quorum_caches(servers: list[RedisServer], **extra: dict[str, Any]) -> dict[str, Any]:
+def quorum_caches(
+    servers: list[RedisServer], socket_timeout: float = SOCKET_TIMEOUT, **extra: dict[str, Any]
+) -> dict[str, Any]:
     """One alias per primary; every other kind of cache alias locks can use, in turn."""
     caches: dict[str, Any] = {}
     for i, server in enumerate(servers):
@@ -68,8 +72,8 @@ def quorum_caches(servers: list[RedisServer], **extra: dict[str, Any]) -> dict[s
                 "BACKEND": "django.core.cache.backends.redis.RedisCache",
                 "LOCATION": server.url,
                 "OPTIONS": {
-                    "socket_timeout": SOCKET_TIMEOUT,
-                    "socket_connect_timeout": SOCKET_TIMEOUT,
+                    "socket_timeout": socket_timeout,
+                    "socket_connect_timeout": socket_timeout,
                 },
             }
         else:
@@ -78,8 +82,8 @@ def quorum_caches(servers: list[RedisServer], **extra: dict[str, Any]) -> dict[s
                 "LOCATION": server.url,
                 "KEY_PREFIX": f"p{i}",
                 "OPTIONS": {
-                    "SOCKET_TIMEOUT": SOCKET_TIMEOUT,
-                    "SOCKET_CONNECT_TIMEOUT": SOCKET_TIMEOUT,
+                    "SOCKET_TIMEOUT": socket_timeout,
+                    "SOCKET_CONNECT_TIMEOUT": socket_timeout,
                 },
             }
     caches["default"] = caches["q0"]
@@ -361,6 +365,16 @@ def test_a_blocking_acquire_goes_on_after_a_majority_granted_too_late(
     quorum: list[redis.Redis], servers: list[RedisServer], driver: SyncDriver
 ) -> None:
     """The majority's grants are given back, and the acquire tries again while it may wait."""
+    # A socket timeout well past the 0.3 s pause: on a loaded machine the pause, counted from
+    # the first request sent, can near the suite's 0.5 s and become a timeout instead.
+    patient = override_settings(CACHES=quorum_caches(servers, socket_timeout=LATE_SOCKET_TIMEOUT))
+    with patient:
+        late_majority_is_given_back(quorum, servers, driver)
+
+
+def late_majority_is_given_back(
+    quorum: list[redis.Redis], servers: list[RedisServer], driver: SyncDriver
+) -> None:
     got = attempt_on_a_late_majority(servers, driver, blocking_timeout=8)
     assert got.result(CALL_SECONDS) is True
     wait_until(lambda: holders(quorum, "late") == 0, timeout=1)  # its lease ends unreleased
