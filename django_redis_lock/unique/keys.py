@@ -48,6 +48,8 @@ QUEUED_TIMEOUT = 3600.0
 PREFIX = UNIQUE_PREFIX
 #: The start of a sending lock's name (see :func:`sending_lock`).
 SENDING = "unique-sending:"
+#: The start of a run gate's name (see :func:`run_gate`).
+RUN_GATE = "unique-running:"
 #: How long an enqueue, or a starting worker, waits at most for the enqueue that sends the task
 #: of its key to write the task's id (Django's tasks: the backend chooses it as it queues).
 ID_WAIT = 2.0
@@ -162,6 +164,8 @@ class TaskKey(Lock):
             name, timeout=timeout, blocking=False, auto_renew=running, using=spec.using
         )
         self.label = label  # made by state_label: a long task id may take it past the limit
+        #: The run gate a debounced task holds while it runs (see :func:`run_gate`).
+        self.gate: Lock | None = None
 
     @property
     def held(self) -> bool:
@@ -180,14 +184,29 @@ def refused(spec: UniqueSpec, name: str, task_id: str | None) -> AlreadyQueued:
     return AlreadyQueued(f"The unique key {name!r} is held by {held_by}.", task_id)
 
 
+def _named(prefix: str, name: str) -> str:
+    """The name of a helper lock of key ``name``: ``prefix`` and the key (or its digest, for a
+    key at the longest a name may be)."""
+    named = prefix + name[len(PREFIX) :]
+    if len(named) > MAX_NAME_LENGTH:
+        named = prefix + hashlib.sha256(name.encode()).hexdigest()
+    return named
+
+
+def run_gate(name: str, spec: UniqueSpec) -> Lock:
+    """The lock a debounced task (``on_duplicate="replace"``, ``until="executed"``) holds while
+    it runs: a later enqueue replaces its key, but the later task starts only once this run
+    has ended (it waits on the gate, woken by its release, at most the key's queued lease;
+    a worker that dies lets it go at its lease)."""
+    return Lock(_named(RUN_GATE, name), blocking_timeout=spec.lease, auto_renew=True,
+                using=spec.using)  # fmt: skip
+
+
 def sending_lock(name: str, spec: UniqueSpec) -> Lock:
     """The lock an enqueue holds from before it takes key ``name`` until its task's id is
     written in the key, when the framework chooses the id while it sends (Django's tasks): a
     worker that finds the key without an id waits for it (woken by its release, no polling)."""
-    named = SENDING + name[len(PREFIX) :]
-    if len(named) > MAX_NAME_LENGTH:  # a key at the longest a name may be: its digest
-        named = SENDING + hashlib.sha256(name.encode()).hexdigest()
-    return Lock(named, blocking_timeout=ID_WAIT, auto_renew=True, using=spec.using)
+    return Lock(_named(SENDING, name), blocking_timeout=ID_WAIT, auto_renew=True, using=spec.using)
 
 
 class Enqueuing(NamedTuple):
@@ -222,6 +241,25 @@ def started(spec: UniqueSpec, name: str, label: str, task_id: str) -> TaskKey | 
     """
     if spec.until == "window":
         return None
+    key = _taken_at_start(spec, name, label, task_id)
+    if key is None or spec.on_duplicate != "replace":
+        return key
+    # A debounce: the key is this task's, but the task it replaced may still run. Wait for
+    # that run to end, then run only if no later enqueue replaced this task meanwhile.
+    gate = run_gate(name, spec)
+    if not gate.acquire():  # the run before it lasted longer than the queued lease
+        raise skipped(spec, name, task_id, None, "the run before it did not end in time")
+    running = key.label or ""
+    found = TaskKey(spec, name, running).take_over(running, none)[0]  # a read
+    if found != running:
+        free(gate)
+        raise skipped(spec, name, task_id, found)
+    key.gate = gate
+    return key
+
+
+def _taken_at_start(spec: UniqueSpec, name: str, label: str, task_id: str) -> TaskKey | None:
+    """:func:`started`'s take-over of the key, once the run before it (a debounce) ended."""
     running = state_label(label, "running", task_id)
     own = under_way.get()
     if own is not None and own.key.name == name and own.key.held:  # run as it is enqueued
@@ -263,16 +301,20 @@ def started(spec: UniqueSpec, name: str, label: str, task_id: str) -> TaskKey | 
     return key if key.held else None
 
 
-def skipped(spec: UniqueSpec, name: str, task_id: str, found: str | None) -> Skipped:
-    """The Skipped of task ``task_id``, which found key ``name`` held as ``found``."""
+def skipped(
+    spec: UniqueSpec, name: str, task_id: str, found: str | None, why: str | None = None
+) -> Skipped:
+    """The Skipped of task ``task_id``, which found key ``name`` held as ``found`` (or could
+    not run for ``why``)."""
     state, holder = task_of(found or "")
     report(spec, "skipped")
-    if state == "done" and holder == task_id:
-        why = "it already succeeded"
-    elif spec.on_duplicate == "replace" and state == "queued":
-        why = f"a later enqueue replaced it with task {holder}"
-    else:
-        why = f"the key is held by task {holder}" if holder else "the key is held by another"
+    if why is None:
+        if state == "done" and holder == task_id:
+            why = "it already succeeded"
+        elif spec.on_duplicate == "replace" and state == "queued":
+            why = f"a later enqueue replaced it with task {holder}"
+        else:
+            why = f"the key is held by task {holder}" if holder else "the key is held by another"
     logger.info("Unique task %s (key %r) does not run: %s.", task_id, name, why)
     return Skipped(f"Task {task_id} did not run: {why} (unique key {name!r}).", holder)
 
@@ -283,9 +325,20 @@ def finished(
     """The task of ``key`` ended: free the key; or, a retry was queued, keep it with the
     queued lease until a worker starts the retry (``key``, dropped, is renewed no more); or it
     succeeded with ``keep_after_success``: keep it that long, its label saying ``done``.
-    A key a later enqueue took over (``on_duplicate="replace"``) is left to that one."""
+    A key a later enqueue took over (``on_duplicate="replace"``) is left to that one, whose
+    task may start now (the run gate is let go)."""
     if key is None:
         return
+    try:
+        _ended(key, retry=retry, spec=spec, label=label, success=success)
+    finally:
+        if key.gate is not None:
+            free(key.gate)
+            key.gate = None
+
+
+def _ended(key: TaskKey, *, retry: bool, spec: UniqueSpec, label: str, success: bool) -> None:
+    """:func:`finished`'s handling of the key."""
     task_id = task_of(key.label or "")[1]
     if retry and key.held:
         with suppress(LockError):

@@ -252,6 +252,25 @@ def test_any_task_id_celery_takes_is_the_one_a_duplicate_gets(
 
 
 @pytest.mark.usefixtures("worker")
+def test_a_debounce_of_a_running_task_runs_after_it_not_beside_it(
+    redis_client: redis.Redis,
+) -> None:
+    from testproject.tasks import debounce_report
+
+    running = debounce_report.delay(10, "gate:r10a")
+    assert gate_started(redis_client, "gate:r10a") == "10"  # runs, its gate closed
+    later = debounce_report.delay(10, "gate:r10b")  # replaces the running task's key
+    assert later.id != running.id
+    redis_client.rpush("gate:r10b", "open")  # the later one would pass at once if it started
+    # It waits for the run before it to end (the worker has threads to spare): not started.
+    assert redis_client.blpop(["gate:r10b:started"], timeout=2) is None
+    redis_client.rpush("gate:r10a", "open")
+    assert running.get(timeout=RESULT_SECONDS) == "report 10 debounced"
+    assert gate_started(redis_client, "gate:r10b") == "10"  # then the later one runs
+    assert later.get(timeout=RESULT_SECONDS) == "report 10 debounced"
+
+
+@pytest.mark.usefixtures("worker")
 def test_a_debounced_task_reports_skipped_through_its_asyncresult(
     redis_client: redis.Redis,
 ) -> None:
