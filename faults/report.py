@@ -10,11 +10,12 @@ import platform
 import subprocess
 from pathlib import Path
 
-from faults import leader_check
+from faults import leader_check, unique, unique_app
 from faults.check import COLUMNS, PARTITION_COLUMNS, Result, partition_row, partitioned, row
 from faults.leader import GRACE, HANDOVER_BOUND, HANDOVER_LEASE, NAME, SUPERVISORS
 from faults.scenarios import BLOCKING_TIMEOUT, LEASE, SOCKET_TIMEOUT, WORK, WORKERS
 from faults.topologies import PARTITION_DOWN_AFTER_MS, PARTITION_SENTINELS, SENTINEL_TIMEOUT
+from faults.unique import UniqueResult
 from testproject.redis_server import find_redis_server
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -303,18 +304,25 @@ def write(
     cut: float,
     skipped: dict[str, str],
     leaders: list[leader_check.LeaderResult] | None = None,
+    uniques: list[UniqueResult] | None = None,
 ) -> Path:
     """Write docs/faults.rst from ``results`` and ``leaders``; its path. A part with no results
     (the lock scenarios' or the leadership scenarios', after LEADERSHIP_MARK) is kept as the
     file has it: a run of the leadership scenarios alone rewrites only their section."""
     existing = PATH.read_text() if PATH.exists() else ""
+    existing, _, kept_uniques = existing.partition(UNIQUE_MARK)
     kept_main, _, kept_leaders = existing.partition(LEADERSHIP_MARK)
     main = _main_part(results, short, freeze, cut, skipped) if results else kept_main
     if leaders:
         led = LEADERSHIP_MARK + _leadership(leaders, short)
     else:
         led = LEADERSHIP_MARK + kept_leaders if kept_leaders else ""
-    PATH.write_text(main.rstrip("\n") + "\n\n" + led if led else main)
+    text = main.rstrip("\n") + "\n\n" + led if led else main
+    if uniques:
+        text = text.rstrip("\n") + "\n\n" + UNIQUE_MARK + _unique(uniques, short)
+    elif kept_uniques:
+        text = text.rstrip("\n") + "\n\n" + UNIQUE_MARK + kept_uniques
+    PATH.write_text(text)
     return PATH
 
 
@@ -426,6 +434,63 @@ def _leadership(leaders: list[leader_check.LeaderResult], short: bool) -> str:
             f"{result.refused} refused, {result.late_accepted} late, {result.stale_accepted} "
             f"stale, {result.current_overlaps} current overlaps, {result.two_children:.2f} s of "
             f"two children, takeovers {takeovers} s: {seen}.",
+            "",
+        ]
+    return "\n".join(lines)
+
+
+#: Where the unique-task scenarios' section begins (an RST comment, unseen in the page).
+UNIQUE_MARK = ".. The unique-task scenarios (faults/unique.py) from here on.\n"
+
+UNIQUE = f"""
+Unique tasks
+------------
+
+The unique-task scenarios (``unique-*``, faults/unique.py) run {unique.WORKERS} real Celery
+workers (solo pool, ``acks_late``, the broker's visibility timeout {unique_app.VISIBILITY} s)
+on one redis-server (locks, broker and records on three databases) and {unique.PRODUCERS}
+producer processes that enqueue, in turn, three ``@unique`` tasks on {unique.KEYS} keys: the
+default (``until="executed"``), a debounce (``on_duplicate="replace"``) and a throttle
+(``until="window", window={unique_app.WINDOW:g}``), each with its own task id, every
+{unique.PAUSE:g} s, for {unique.PLAY:g} s a fault round (a long run plays three). A task's body
+records its start and end and works {unique_app.WORK:g} s; the workers record each start before
+the package decides, and each outcome (ran, ``Skipped``). A killed worker is started again at
+once. Then the producers stop, the controller waits (bounded) until every task sent was run
+or skipped, stops the workers and waits out the keys left.
+
+- ``unique-worker-kill``: every {unique.KILL_EVERY:g} s the controller SIGKILLs a worker, the one
+  running a task when there is one; its task is delivered again after the visibility timeout.
+- ``unique-redelivery``: {unique.KILL_SHARE:.0%} of the default and debounced tasks are sent
+  with ``kill=True``: their worker SIGKILLs itself right after the task ran and the package
+  freed its key (its ``task_postrun``), before Celery acknowledges it: the task is delivered
+  again, usually once a new task of its key was enqueued.
+
+Columns: *enqueues* and *sent* (a new task; the others got the task holding the key); *runs*
+task bodies started; *skipped* starts that reported ``Skipped``; *kills* workers SIGKILLed;
+*killed runs* bodies cut by a kill; *redelivered* starts of a task started before, *redel.
+skipped* of them ``Skipped``; *overlaps* two runs of one key (default, debounce) at once (a
+killed run ends at its kill); *late debounced* a debounced task that started after a later
+enqueue of its key had returned, before that one ended, was skipped or killed, and ran;
+*last not run* a debounced key whose last enqueue never ran to its end; *inside window* two
+throttled tasks of one key sent less than the window apart; *false dup.* a duplicate that got
+an id no enqueue of its key had sent; *held past lease* a key still naming a killed worker's
+task {unique.RUNNING_LEASE:g} s (its running lease) and {unique.LEASE_SLACK:g} s after the kill,
+or left past its TTL once everything stopped.
+"""
+
+
+def _unique(uniques: list[UniqueResult], short: bool) -> str:
+    header, cells = list(unique.COLUMNS), [unique.row(r) for r in uniques]
+    run = "short run" if short else "long run (three fault rounds each)"
+    lines = [UNIQUE, f"This run: {_now()}, {run}; {_machine()}.", ""]
+    lines += [_list_table(header, cells), ""]
+    for result in uniques:
+        scenario = result.outcome.scenario
+        seen = "as promised" if result.passed else "VIOLATED: " + "; ".join(result.violations)
+        lines += [
+            f"``{scenario.name}``",
+            f"    Promised: {scenario.promise}.",
+            f"    Seen: {seen}.",
             "",
         ]
     return "\n".join(lines)

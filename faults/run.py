@@ -30,6 +30,15 @@ from faults import leader_check  # noqa: E402
 from faults.check import Result, check, table, text_table  # noqa: E402
 from faults.leader import LEADER_SCENARIOS, LeaderRun, LeaderScenario  # noqa: E402
 from faults.scenarios import LONG_CUT, SCENARIOS, SHORT_CUT, Run, Scenario, scratch  # noqa: E402
+from faults.unique import COLUMNS as UNIQUE_COLUMNS  # noqa: E402
+from faults.unique import (  # noqa: E402
+    UNIQUE_SCENARIOS,
+    UniqueResult,
+    UniqueRun,
+    UniqueScenario,
+)
+from faults.unique import check as unique_check  # noqa: E402
+from faults.unique import row as unique_row  # noqa: E402
 
 # What each topology needs beyond the standard library and Django.
 CLUSTER_NEEDS = ("testproject.cluster", "django_valkey")
@@ -60,7 +69,11 @@ def main() -> int:
     parser.add_argument("--write", action="store_true", help="write docs/faults.rst")
     parser.add_argument("scenarios", nargs="*", metavar="SCENARIO", help="default: all")
     options = parser.parse_args()
-    everything: list[Scenario | LeaderScenario] = [*SCENARIOS, *LEADER_SCENARIOS]
+    everything: list[Scenario | LeaderScenario | UniqueScenario] = [
+        *SCENARIOS,
+        *LEADER_SCENARIOS,
+        *UNIQUE_SCENARIOS,
+    ]
     known = {scenario.name: scenario for scenario in everything}
     unknown = [name for name in options.scenarios if name not in known]
     if unknown:
@@ -81,6 +94,7 @@ def main() -> int:
     started = time.monotonic()
     results: list[Result] = []
     leaders: list[leader_check.LeaderResult] = []  # the leadership scenarios' own figures
+    uniques: list[UniqueResult] = []  # the unique-task scenarios' own figures
     for scenario in chosen:
         print(f"faults: {scenario.name} ...", file=sys.stderr, flush=True)
         with scratch() as directory:
@@ -88,6 +102,10 @@ def main() -> int:
                 led = LeaderRun(scenario, directory, repeats, cut).play()
                 leaders.append(leader_check.check(led, demand_bounds=not options.short))
                 seconds, violations = led.seconds, leaders[-1].violations
+            elif isinstance(scenario, UniqueScenario):
+                played = UniqueRun(scenario, directory, repeats).play()
+                uniques.append(unique_check(played, demand_shows=not options.short))
+                seconds, violations = played.seconds, uniques[-1].violations
             else:
                 outcome = Run(scenario, directory, repeats, freeze, cut).play()
                 results.append(check(outcome, demand_shows=not options.short))
@@ -98,8 +116,12 @@ def main() -> int:
         print(table(results))
     if leaders:
         print(text_table(list(leader_check.COLUMNS), [leader_check.row(r) for r in leaders]))
+    if uniques:
+        print(text_table(list(UNIQUE_COLUMNS), [unique_row(r) for r in uniques]))
     print(
-        f"\n{len(results) + len(leaders)} scenarios in {time.monotonic() - started:.0f} s", end=""
+        f"\n{len(results) + len(leaders) + len(uniques)} scenarios"
+        f" in {time.monotonic() - started:.0f} s",
+        end="",
     )
     print(f" ({'short' if options.short else 'long'} run)")
     for name, why in skipped.items():
@@ -108,11 +130,18 @@ def main() -> int:
         from faults.report import write
 
         path = write(
-            results, short=options.short, freeze=freeze, cut=cut, skipped=skipped, leaders=leaders
+            results,
+            short=options.short,
+            freeze=freeze,
+            cut=cut,
+            skipped=skipped,
+            leaders=leaders,
+            uniques=uniques,
         )
         print(f"wrote {path.relative_to(ROOT)}")
     failed = [(r.outcome.scenario.name, r.violations) for r in results if not r.passed]
     failed += [(r.outcome.scenario.name, r.violations) for r in leaders if not r.passed]
+    failed += [(r.outcome.scenario.name, r.violations) for r in uniques if not r.passed]
     for name, violations in failed:
         print(f"FAIL {name}: {'; '.join(violations)}")
     return 1 if failed else 0
