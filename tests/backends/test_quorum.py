@@ -49,7 +49,7 @@ ALIASES = [f"q{i}" for i in range(PRIMARIES)]
 # Short, so that a frozen primary shows quickly; a live one answers well within it.
 SOCKET_TIMEOUT = 0.5
 # The socket timeout of the late-majority test: its pause must stay well below it.
-LATE_SOCKET_TIMEOUT = 3.0
+LATE_SOCKET_TIMEOUT = 10.0
 
 
 @pytest.fixture(scope="module")

@@ -25,7 +25,7 @@ from tests.helpers import PATIENT_SECONDS
 ROOT = Path(__file__).resolve().parents[2]
 # The lease of most tests: long, so that a hand-over that waited it out would show.
 LONG_LEASE = "30"
-WAIT = 20  # the longest any step may take, in seconds (a supervisor starts Django first)
+WAIT = 60  # the longest any step may take, in seconds (a supervisor starts Django first)
 
 # The supervised command: says when it started (with its epoch and pid), and when SIGTERM
 # stopped it; "wait" runs until stopped, a number exits with that code at once.
