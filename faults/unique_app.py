@@ -133,6 +133,12 @@ def _postrun(
 ) -> None:
     outcome = "skipped" if isinstance(retval, Skipped) else "ran" if state == "SUCCESS" else state
     record("post", task_id, task.name, _key_of(args, kwargs), outcome)
-    if (kwargs or {}).get("kill") and outcome == "ran":
+    # Once per task: its redelivery carries kill=True too, and killing at every delivery
+    # would redeliver it for ever (the queue would never drain).
+    if (
+        (kwargs or {}).get("kill")
+        and outcome == "ran"
+        and _records.set(f"faults:unique:killed:{task_id}", 1, nx=True, ex=3600)
+    ):
         record("suicide", task_id, task.name, _key_of(args, kwargs))
         os.kill(os.getpid(), signal.SIGKILL)  # ran, its key freed, not yet acknowledged
