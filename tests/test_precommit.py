@@ -43,6 +43,8 @@ def test_the_hooks_run_each_check_of_dev_py_lint_once() -> None:
 
 
 def test_lint_runs_the_checks_named() -> None:
+    # Those two checks run docutils, a lint requirement: an sdist's test run has no lint tools.
+    pytest.importorskip("docutils", reason="docutils (requirements/lint.txt) is not installed")
     assert dev.run_lint(["readme", "faults-page"]) == 0
     with pytest.raises(SystemExit) as exited:
         dev.run_lint(["ruff"])
