@@ -96,11 +96,6 @@ class Leadership:
         return self._lock.fencing_token
 
     @property
-    def fencing_token(self) -> int | None:
-        """The epoch, under the name ``fenced_update`` and ``save(fence=...)`` read."""
-        return self._lock.fencing_token
-
-    @property
     def is_leader(self) -> bool:
         """Whether this object leads, as far as this process knows (no round trip): it took the
         leadership and no renewal has found it lost since."""

@@ -9,6 +9,7 @@ from decimal import Decimal
 
 import pytest
 import redis
+from django.core.exceptions import ImproperlyConfigured
 from django.db.models import F
 
 from django_redis_lock import (
@@ -143,7 +144,7 @@ def test_the_epoch_fences_a_deposed_leaders_late_write() -> None:
         ({"name": ""}, ValueError),
         ({"name": "x", "timeout": 0}, ValueError),
         ({"name": "x", "blocking_timeout": -1}, ValueError),
-        ({"name": "x", "using": "no-such-alias"}, Exception),
+        ({"name": "x", "using": "no-such-alias"}, ImproperlyConfigured),
     ],
 )
 def test_bad_input_is_refused_at_the_call(options: dict[str, object], error: type) -> None:
