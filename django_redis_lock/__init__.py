@@ -15,6 +15,7 @@ from django_redis_lock.exceptions import (
     LockNotOwned,
     LockNotReplicated,
     LockUnavailable,
+    RateLimited,
     Skipped,
     StaleFencingToken,
 )
@@ -24,6 +25,7 @@ from django_redis_lock.locked import locked
 from django_redis_lock.ops import get_lock_manager
 from django_redis_lock.ops.manager import LockManager
 from django_redis_lock.ops.records import Listing, LockInfo, LockPage, Released
+from django_redis_lock.rate import RateLimit, Turn, rate_limit
 from django_redis_lock.stats import LockStats
 from django_redis_lock.unique import unique
 from django_redis_lock.validation import MAX_LABEL_LENGTH, MAX_NAME_LENGTH, MAX_TIMEOUT
@@ -54,17 +56,21 @@ __all__ = [
     "LockPage",
     "LockStats",
     "LockUnavailable",
+    "RateLimit",
+    "RateLimited",
     "ReadWriteLock",
     "Released",
     "SharedLock",
     "Skipped",
     "StaleFencingToken",
+    "Turn",
     "current_lock",
     "fenced_update",
     "get_lock_manager",
     "leader",
     "lock",
     "locked",
+    "rate_limit",
     "rwlock",
     "semaphore",
     "unique",

@@ -47,6 +47,20 @@ class LeadershipLost(LockError):
     during which the leadership was lost."""
 
 
+class RateLimited(LockBusy):
+    """A call over a rate limit's rate that could not wait its turn (``@locked(rate=...)``:
+    a view answers 429 instead). ``retry_after`` is how long until a call would be admitted,
+    in seconds, by the Redis server's clock when it refused."""
+
+    def __init__(self, message: str, retry_after: float):
+        # Both in args: a result backend rebuilds it from them (Celery's JSON one does).
+        super().__init__(message, retry_after)
+        self.retry_after = retry_after
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
 class AlreadyQueued(LockBusy):
     """A task decorated with ``@unique`` was enqueued while its key was taken by another
     enqueue of the same key (``on_duplicate="raise"``). ``task_id`` names the task that holds

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+from typing import NamedTuple
 
 #: The longest lock name accepted, in characters.
 MAX_NAME_LENGTH = 1024
@@ -58,6 +59,62 @@ def validate_limit(limit: object) -> int:
     if not 1 <= limit <= MAX_LIMIT:
         raise ValueError(f"limit must be from 1 to {MAX_LIMIT}, not {limit}.")
     return limit
+
+
+class Rate(NamedTuple):
+    """A rate as :func:`validate_rate` accepts it: ``calls`` per ``period`` seconds."""
+
+    calls: int
+    period: float
+    #: As given ("100/s"), for messages and listings.
+    text: str
+
+    @property
+    def interval(self) -> float:
+        """The time between two calls at this rate, in seconds."""
+        return self.period / self.calls
+
+
+#: A rate's periods, by the letter after its slash.
+RATE_PERIODS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+#: The most calls a rate may allow per second (one every microsecond: the server clock's step).
+MAX_RATE_PER_SECOND = 1_000_000
+#: The most calls a burst may let through at once above the rate.
+MAX_BURST = 1_000_000
+_RATE = re.compile(r"\s*([0-9]{1,12})\s*/\s*([smhd])\s*", re.ASCII)
+_RATE_FORMS = '"N/s", "N/m", "N/h" or "N/d" with N a whole number above 0, such as "100/s"'
+
+
+def validate_rate(rate: object) -> Rate:
+    """``rate`` ("100/s", "10/m", "5000/h", "1000/d") as a :class:`Rate`."""
+    if isinstance(rate, (bool, int, float)):
+        raise ValueError(f"rate {rate!r} is a bare number: give calls per period as {_RATE_FORMS}.")
+    if not isinstance(rate, str):
+        raise TypeError(f'rate must be a str such as "100/s", not {type(rate).__name__}.')
+    found = _RATE.fullmatch(rate)
+    if found is None:
+        raise ValueError(f"rate {rate!r} is not a rate: give {_RATE_FORMS}.")
+    count, period = int(found[1]), RATE_PERIODS[found[2]]
+    if count == 0:
+        raise ValueError(f"rate {rate!r} admits nothing: give {_RATE_FORMS}.")
+    if count / period > MAX_RATE_PER_SECOND:
+        raise ValueError(
+            f"rate {rate!r} is above {MAX_RATE_PER_SECOND:,} calls a second, more than the "
+            "server's clock can tell apart."
+        )
+    return Rate(count, period, f"{count}/{found[2]}")
+
+
+def validate_burst(burst: object) -> int:
+    """``burst`` as the calls a rate limit lets through at once above its rate: None (0) or a
+    whole number from 0 to MAX_BURST."""
+    if burst is None:
+        return 0
+    if isinstance(burst, bool) or not isinstance(burst, int):
+        raise TypeError(f"burst must be a whole number of calls or None, not {burst!r}.")
+    if not 0 <= burst <= MAX_BURST:
+        raise ValueError(f"burst must be from 0 to {MAX_BURST:,} calls, not {burst}.")
+    return burst
 
 
 def validate_fencing_token(token: object) -> int | None:

@@ -150,6 +150,11 @@ class Backend(Protocol):
         ``name`` (cached); a backend that cannot hold one raises ImproperlyConfigured."""
         ...
 
+    def rate_keys_for(self, name: str) -> tuple[str, str]:
+        """The Redis keys of the rate limit ``name``: its state and its statistics (cached); a
+        backend that cannot hold one raises ImproperlyConfigured."""
+        ...
+
     def parts(self, keys: LockKeys, script: ScriptName) -> list[tuple[Backend, LockKeys, str]]:
         """Where a call of ``script`` on ``keys`` goes, as (one-server backend, keys, script)."""
         ...
@@ -250,6 +255,12 @@ def glob_escape(text: str) -> str:
 def flat_lists(found: list[Any]) -> list[list[Any]]:
     """STATS_READ_MANY's arrays, an empty one (which cjson writes as {}) as []."""
     return [each if isinstance(each, list) else [] for each in found]
+
+
+def listed(found: Any) -> list[Any]:
+    """A JSON array of a script's reply as a list (an empty one, which cjson writes as {},
+    as []), its false entries as None."""
+    return [each or None for each in found] if isinstance(found, list) else []
 
 
 def text_of(reply: object) -> str:

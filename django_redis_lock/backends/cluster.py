@@ -75,6 +75,10 @@ class ClusterLockBackend(LockBackend):
         """:meth:`LockBackend.read_shared`, one key per command, as :meth:`read`."""
         return [each for reply in self._each("shared_read_many", keys) for each in reply]
 
+    def read_rates(self, keys: Sequence[str | bytes]) -> list[Any]:
+        """:meth:`LockBackend.read_rates`, one key per command, as :meth:`read`."""
+        return [each or None for reply in self._each("rate_read_many", keys) for each in reply]
+
     def read_stats(self, keys: Sequence[str | bytes]) -> list[list[Any]]:
         """:meth:`LockBackend.read_stats`, one key per command, as :meth:`read`."""
         return flat_lists([each for reply in self._each("stats_read_many", keys) for each in reply])

@@ -142,6 +142,14 @@ class QuorumBackend(QuorumPlans):
             "a grant): semaphore(..., using=<alias>)."
         )
 
+    def rate_keys_for(self, name: str) -> tuple[str, str]:
+        raise ImproperlyConfigured(
+            f"Rate limits cannot be quorum locks (cache {self.alias!r}): a rate kept on each of "
+            "several primaries admits more than the rate whenever they disagree. Give them one "
+            "primary (Sentinel and WAIT_REPLICAS where a failover must not forget calls): "
+            "rate_limit(..., using=<alias>)."
+        )
+
     @property
     def listable(self) -> bool:
         return all(member.listable for member in self.members)

@@ -30,7 +30,6 @@ from django_redis_lock.backends.base import (
     LuaScript,
     connection_of,
     demoted,
-    flat_lists,
     glob_escape,
     tag,
 )
@@ -42,12 +41,13 @@ from django_redis_lock.backends.clients import (
     is_sentinel_pool,
 )
 from django_redis_lock.backends.lane import Lane, lane_for
+from django_redis_lock.backends.reads import ListingReads
 from django_redis_lock.conf import lock_settings
 from django_redis_lock.exceptions import LockNotReplicated
 from django_redis_lock.scripts import ScriptName
 
 
-class LockBackend:
+class LockBackend(ListingReads):
     """Everything the lock core needs from one cache alias, built once per alias (by
     ``backends.backend_for``): a single server, or a primary found through Sentinel."""
 
@@ -75,6 +75,7 @@ class LockBackend:
         self.sentinel = is_sentinel_pool(getattr(client, "connection_pool", None))
         self.keys_for = lru_cache(maxsize=4096)(self._keys_for)
         self.shared_keys_for = lru_cache(maxsize=4096)(self._shared_keys_for)
+        self.rate_keys_for = lru_cache(maxsize=4096)(self._rate_keys_for)
         self._frame = self._key_frame()
         self._encoded = EncodedKeys(client)
         # The scripts go through a lane of connections beside the pool where it may have one.
@@ -95,6 +96,12 @@ class LockBackend:
         read/write lock of one name are apart), and the statistics a lock of that name would
         have."""
         return self._named_keys(name, "mnos" if kind == "s" else "rpus", family="shared_")
+
+    def _rate_keys_for(self, name: str) -> tuple[str, str]:
+        """The keys of the rate limit ``name`` (cached: ``rate_keys_for``): its state (a letter
+        of its own) and the statistics of the name, which count its calls."""
+        base = f"{self.namespace}:{{{tag(name)}}}:"
+        return self.make_key(f"{base}g:{name}"), self.make_key(f"{base}s:{name}")
 
     def _named_keys(self, name: str, letters: str, family: str) -> LockKeys:
         """The keys of ``name`` with the letters of its lock, queue, waiters and statistics."""
@@ -146,7 +153,7 @@ class LockBackend:
 
     def kind_of_key(self, key: str) -> str:
         """The letter of a key found by :meth:`scan_pattern`: "l" a lock's, "m" the holders
-        of a semaphore, "r" of a read/write lock, "s" statistics."""
+        of a semaphore, "r" of a read/write lock, "g" a rate limit's, "s" statistics."""
         assert self._frame is not None
         return key[len(self._frame[0]) + TAG_FRAME - 2]
 
@@ -277,21 +284,6 @@ class LockBackend:
     def load(self, script: ScriptName) -> None:
         """Make sure the server knows a script, before pipelines that run it."""
         self.client.script_load(self._scripts[script].source)
-
-    def read(self, keys: Sequence[str | bytes]) -> list[Any]:
-        """READ of ``keys`` (lock keys, any number) in one round trip: six values per key."""
-        return scripts.decode_read(self.run("read", keys, ()))
-
-    def read_shared(self, keys: Sequence[str | bytes]) -> list[Any]:
-        """The holders of semaphores and read/write locks (holders keys, any number) in one
-        round trip: per key, its limit and a record per live holder (see SHARED_READ_MANY)."""
-        found: list[Any] = scripts.decode_read(self.run("shared_read_many", keys, ()))
-        return found
-
-    def read_stats(self, keys: Sequence[str | bytes]) -> list[list[Any]]:
-        """The statistics hashes of ``keys`` (any number) in one round trip: a flat list of
-        fields and values per key (empty: none there)."""
-        return flat_lists(scripts.decode_read(self.run("stats_read_many", keys, ())))
 
     def check_async(self) -> None:
         """ImproperlyConfigured when an asyncio client cannot do what the cache's client does

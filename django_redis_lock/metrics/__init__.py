@@ -48,6 +48,7 @@ __all__ = [
     "label_for",
     "leading",
     "observers",
+    "rate",
     "renewal",
     "reset",
     "unavailable",
@@ -236,6 +237,13 @@ def unique(task: str, outcome: str) -> None:
     duplicate, replaced, skipped, throttled)."""
     for observer in observers():
         _safely(observer.unique, task, outcome)
+
+
+def rate(label: str, admitted: bool) -> None:
+    """A call of the rate limit labelled ``label`` (its name template's label, see
+    :func:`label_for`) was admitted, or limited."""
+    for observer in observers():
+        _safely(observer.rate, label, admitted)
 
 
 def renewal(outcome: str) -> None:

@@ -46,6 +46,9 @@ class Observer:
     def unique(self, task: str, outcome: str) -> None:
         """An enqueue or a start of the @unique task ``task`` ended with ``outcome``."""
 
+    def rate(self, label: str, admitted: bool) -> None:
+        """A call of the rate limit labelled ``label`` was admitted, or limited."""
+
     def unavailable(self, alias: str) -> None:
         """A call could not reach the Redis of cache ``alias``, or it answered an error."""
 

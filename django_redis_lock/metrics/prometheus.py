@@ -74,6 +74,15 @@ class PrometheusObserver(Observer):
             "run), throttled (a duplicate within a window).", ["task", "outcome"],
             registry=registry,
         )  # fmt: skip
+        self.rate_admitted = Counter(
+            "django_redis_lock_rate_admitted", "Calls a rate limit admitted (at once or at "
+            "their turn), by rate limit name template.", ["lock"], registry=registry,
+        )  # fmt: skip
+        self.rate_limited = Counter(
+            "django_redis_lock_rate_limited", "Calls a rate limit refused (over the rate, "
+            "and they could not wait their turn), by rate limit name template.", ["lock"],
+            registry=registry,
+        )  # fmt: skip
 
         # Each label's series, bound once: labels() costs more than the update itself.
         self._series: dict[str, _Series] = {}
@@ -130,6 +139,9 @@ class PrometheusObserver(Observer):
 
     def unique(self, task: str, outcome: str) -> None:
         self.uniques.labels(task, outcome).inc()
+
+    def rate(self, label: str, admitted: bool) -> None:
+        (self.rate_admitted if admitted else self.rate_limited).labels(label).inc()
 
     def leading(self, label: str, leads: bool) -> None:
         self.leader.labels(label).set(1 if leads else 0)

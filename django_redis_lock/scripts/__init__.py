@@ -39,7 +39,8 @@ while the tombstone lives, and past it as long as the Redis server's clock does 
 
 The scripts live by kind: ``queue.py`` (a lock on one server: its queue of waiters),
 ``quorum.py`` (a lock on each primary of a quorum), ``shared.py`` (semaphores and read/write
-locks: several holders, each with its own lease), ``stats.py`` (recording and reading the
+locks: several holders, each with its own lease), ``rate.py`` (rate limits: a cell rate
+algorithm on the server's clock), ``stats.py`` (recording and reading the
 statistics). Each is headed by its KEYS and ARGV. They stay Python strings, as redis-py keeps
 its own: the helpers they share are put together in Python.
 """
@@ -66,6 +67,7 @@ from django_redis_lock.scripts.quorum import (
     QUORUM_RAISE,
     QUORUM_RELEASE,
 )
+from django_redis_lock.scripts.rate import RATE_ACQUIRE, RATE_READ_MANY
 from django_redis_lock.scripts.shared import (
     SHARED_ACQUIRE,
     SHARED_EXTEND,
@@ -131,4 +133,7 @@ SOURCES = {
     "shared_extend": SHARED_EXTEND,
     "shared_read": SHARED_READ,
     "shared_read_many": SHARED_READ_MANY,
+    # A rate limit's (see rate.py).
+    "rate_acquire": RATE_ACQUIRE,
+    "rate_read_many": RATE_READ_MANY,
 }
