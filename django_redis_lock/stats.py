@@ -54,6 +54,8 @@ SORT_KEYS = (
     "wait_p50",
     "wait_p99",
     "timeout",
+    "admitted",
+    "limited",
 )
 
 
@@ -129,7 +131,8 @@ def _counter(value: object) -> int:
 
 @dataclass(frozen=True)
 class LockStats:
-    """The statistics of one lock name, as recorded by its releases."""
+    """The statistics of one lock name, as recorded by its releases (and its rate limit's
+    calls)."""
 
     name: str
     #: Holds recorded (at their release).
@@ -149,6 +152,9 @@ class LockStats:
     #: Holds an operator released (``locks release``, ``clear``, the admin) that their holder
     #: then found gone: counted apart from ``lost``, never a sign of a short timeout.
     forced: int = 0
+    #: Calls of the rate limit of this name it admitted, and limited (see ``rate_limit()``).
+    admitted: int = 0
+    limited: int = 0
 
     @cached_property
     def hold_p50(self) -> float | None:
@@ -223,6 +229,8 @@ class LockStats:
             "busy": self.busy,
             "lost": self.lost,
             "forced": self.forced,
+            "admitted": self.admitted,
+            "limited": self.limited,
             "hold_p50": self.hold_p50,
             "hold_p99": self.hold_p99,
             "hold_max": self.hold_max,
@@ -254,7 +262,8 @@ def parse(name: str, flat: Sequence[Any]) -> LockStats | None:
     }
     get = fields.get
     acquisitions, busy, lost, forced = (_counter(get(key)) for key in "nblf")
-    if not (acquisitions or busy or lost or forced):
+    admitted, limited = _counter(get("ra")), _counter(get("rl"))
+    if not (acquisitions or busy or lost or forced or admitted or limited):
         return None
     holds = tuple(_counter(get(key)) for key in _HOLD_FIELDS)
     # Waits under a millisecond are not written: the holds recorded less the other waits.
@@ -272,6 +281,8 @@ def parse(name: str, flat: Sequence[Any]) -> LockStats | None:
         hold_max=longest if sum(holds) else None,
         timeout=timeout or None,
         forced=forced,
+        admitted=admitted,
+        limited=limited,
     )
 
 

@@ -28,6 +28,7 @@ from django.urls import URLPattern, path, reverse
 from django_redis_lock.admin.stats_page import StatsPage
 from django_redis_lock.admin.values import (
     LIST_TEXT_LIMIT,
+    RATE,
     detail_path_segment,
     form_value,
     from_form_value,
@@ -187,13 +188,18 @@ class LockAdmin(StatsPage, admin.ModelAdmin):  # type: ignore[type-arg]  # not s
         return self._released(request, [each for each in released if each], len(selected))
 
     def _confirmation(
-        self, request: HttpRequest, manager: LockManager, selected: list[tuple[str, int | None]]
+        self, request: HttpRequest, manager: LockManager, selected: list[tuple[str, Selected]]
     ) -> HttpResponse:
         """The page that asks before releasing: who holds each lock, and what happens."""
         rows = []
         for name, token in selected:
             holds = manager.holders(name)
             info = _chosen(holds, token)
+            if token == RATE and info is None:
+                rows.append(
+                    {"name": shown(name), "why": f"No rate limit '{shown(name)}' is active."}
+                )
+                continue
             if info is None:
                 why = (
                     f"'{shown(name)}' has {len(holds)} holders: release one from its page."
@@ -202,7 +208,8 @@ class LockAdmin(StatsPage, admin.ModelAdmin):  # type: ignore[type-arg]  # not s
                 )
                 rows.append({"name": shown(name), "why": why})
             else:
-                rows.append({**self._row(info), "value": form_value(name, info.fencing_token)})
+                value = form_value(name, RATE if info.rate else info.fencing_token)
+                rows.append({**self._row(info), "value": value})
         context = self._context(request, "Release locks?", held=rows, action=RELEASE_ACTION)
         context["action_checkbox_name"] = ACTION_CHECKBOX_NAME
         return render(request, "release_confirmation", context)
@@ -229,9 +236,13 @@ class LockAdmin(StatsPage, admin.ModelAdmin):  # type: ignore[type-arg]  # not s
         return self._back(request, text, messages.SUCCESS if count else messages.WARNING)
 
     def _release(
-        self, request: HttpRequest, manager: LockManager, name: str, token: int
+        self, request: HttpRequest, manager: LockManager, name: str, token: int | str
     ) -> Released | None:
-        released = manager.force_release(name, fencing_token=token)
+        """Release the hold ``token`` of ``name``, or reset its rate limit (:data:`RATE`)."""
+        if isinstance(token, str):
+            released = manager.reset_rate(name)
+        else:
+            released = manager.force_release(name, fencing_token=token)
         if released is not None:
             self._log(request, released)
         return released
@@ -240,12 +251,14 @@ class LockAdmin(StatsPage, admin.ModelAdmin):  # type: ignore[type-arg]  # not s
         """Write a release to the admin log (Recent actions): which lock, and who held it."""
         name, info = safe_text(released.name), released.info
         holder = f"held by {safe_text(info.owner)}" if info else "whose data was not readable"
+        if info and info.rate:  # a rate limit reset: no holder, how full it was
+            holder = f"{info.rate.shown}"
         if info and info.held_as:  # one holder of several: which kind of hold
             holder = f"[{info.held_as}] {holder}"
         details = (
             f" (label: {safe_text(info.label or '-')}, fencing token {info.fencing_token}, "
             f"acquired {info.acquired_at.isoformat()})"
-            if info
+            if info and not info.rate
             else ""
         )
         taken = "; a waiting client took it over at once" if released.handed_over else ""
@@ -278,7 +291,8 @@ class LockAdmin(StatsPage, admin.ModelAdmin):  # type: ignore[type-arg]  # not s
             "label": shown(info.label, limit) if info.label else None,
             "url": url,
             # A lock: whichever hold it has when confirmed; a semaphore's: this holder.
-            "value": form_value(info.name, None if info.kind == "lock" else info.fencing_token),
+            "value": form_value(info.name, _selection(info)),
+            "rate": info.rate.shown if info.rate else None,
             "expires": math.isfinite(info.ttl),
             "primaries": ", ".join(info.primaries),
         }
@@ -294,9 +308,23 @@ class LockAdmin(StatsPage, admin.ModelAdmin):  # type: ignore[type-arg]  # not s
         }
 
 
-def _chosen(holds: list[LockInfo], token: int | None) -> LockInfo | None:
-    """The hold a selection names: the one with ``token``; without one, the lock's hold (or
-    the only holder)."""
+# A selection's token: a hold's fencing token, None (whichever), RATE (the rate limit).
+Selected = int | str | None
+
+
+def _selection(info: LockInfo) -> Selected:
+    """What a row selects: a lock's whichever hold, a holder by its token, a rate limit."""
+    if info.kind == "rate":
+        return RATE
+    return None if info.kind == "lock" else info.fencing_token
+
+
+def _chosen(holds: list[LockInfo], token: Selected) -> LockInfo | None:
+    """The hold a selection names: the one with ``token``; the rate limit for RATE; without
+    one, the lock's hold (or the only holder)."""
+    if token == RATE:
+        return next((info for info in holds if info.kind == "rate"), None)
+    holds = [info for info in holds if info.kind != "rate"]
     if token is not None:
         return next((info for info in holds if info.fencing_token == token), None)
     locks = [info for info in holds if info.kind == "lock"]

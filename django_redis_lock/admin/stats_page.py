@@ -100,6 +100,7 @@ class StatsPage:
             complete=found.complete,
             flagged=found.flagged,
             contention=charts.contention(found.contended, shown),
+            rates=any(stats.admitted or stats.limited for stats in found.rows),
             limit=STATS_ROWS_LIMIT,
         )
         return render(request, "stats", context)

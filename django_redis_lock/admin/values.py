@@ -22,22 +22,29 @@ from django_redis_lock.validation import MAX_PATTERN_LENGTH, shorten
 LIST_TEXT_LIMIT = 100
 
 _GLOB_CHARACTERS = frozenset("*?[")
-_SELECTION = re.compile(r"(?:(-?[0-9]{1,18}):)?([^:]*)")  # [token:]quoted name (64 bits)
+# [token:]quoted name (64 bits), or rate:quoted name.
+_SELECTION = re.compile(r"(?:(-?[0-9]{1,18}|rate):)?([^:]*)")
+#: What a selection of a rate limit has for a fencing token (see :func:`form_value`).
+RATE = "rate"
 
 
-def form_value(name: str, fencing_token: int | None = None) -> str:
+def form_value(name: str, fencing_token: int | str | None = None) -> str:
     """A lock name as a form value that survives HTML and form encoding (newlines, NUL...),
-    with the fencing token of the hold it means when given."""
+    with the fencing token of the hold it means when given, or :data:`RATE` for the rate
+    limit of that name."""
     encoded = url_quote(name, safe="")
     return encoded if fencing_token is None else f"{fencing_token}:{encoded}"
 
 
-def from_form_value(value: str) -> tuple[str, int | None]:
-    """The name and fencing token (None: any hold) of a :func:`form_value`."""
+def from_form_value(value: str) -> tuple[str, int | str | None]:
+    """The name and fencing token (None: any hold; :data:`RATE`: its rate limit) of a
+    :func:`form_value`."""
     match = _SELECTION.fullmatch(value)
     if match is None:
         raise ValueError(f"Not a lock selection: '{value[:100]}'.")  # shown through safe_text
     token, encoded = match.groups()
+    if token == RATE:
+        return url_unquote(encoded), RATE
     return url_unquote(encoded), int(token) if token else None
 
 

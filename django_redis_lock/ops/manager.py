@@ -52,7 +52,8 @@ class LockManager(abc.ABC):
 
     @abc.abstractmethod
     def list(self, pattern: str = "*") -> Listing:
-        """The held locks whose names match the glob ``pattern``, read with SCAN.
+        """The held locks whose names match the glob ``pattern``, read with SCAN, and the
+        active rate limits (kind "rate") where the topology has them.
 
         An iterator (a :class:`Listing`), read as it is iterated. Locks taken or released
         while it runs may or may not appear, as with SCAN itself. Held locks whose data this
@@ -78,27 +79,41 @@ class LockManager(abc.ABC):
     @abc.abstractmethod
     def holders(self, name: str) -> InfoList:
         """Every hold of ``name``: its lock's, and each holder of its semaphore or read/write
-        lock where the topology has them; skips (and warns of) what :meth:`list` skips."""
+        lock where the topology has them, then its active rate limit (kind "rate"); skips
+        (and warns of) what :meth:`list` skips."""
+
+    @abc.abstractmethod
+    def get_rate(self, name: str) -> LockInfo | None:
+        """The active rate limit named exactly ``name`` (a LockInfo of kind "rate": its
+        ``rate`` says how full it is), or None (a quorum has none)."""
+
+    @abc.abstractmethod
+    def reset_rate(self, name: str) -> Released | None:
+        """Empty the rate limit ``name`` (delete its state: its next calls are admitted as
+        after a quiet spell); what it was, or None when it had none."""
 
     def release(self, name: str) -> bool:
         """Force-release ``name`` whoever holds it (every holder of a semaphore or read/write
-        lock), waking its waiters; True if anything was held. :meth:`release_all` says what."""
+        lock), waking its waiters, and reset its rate limit; True if anything was held or
+        active. :meth:`release_all` says what."""
         return bool(self.release_all(name))
 
     @abc.abstractmethod
     def release_all(self, name: str) -> ReleasedList:
-        """Force-release every hold of ``name``; what was released."""
+        """Force-release every hold of ``name`` and reset its rate limit; what was released."""
 
     @abc.abstractmethod
     def force_release(self, name: str, fencing_token: int | None = None) -> Released | None:
         """Force-release ``name``, waking its waiters; what was released, or None if not held.
         With ``fencing_token``, only that hold is released: a lock taken over meanwhile by
-        someone else is left alone."""
+        someone else is left alone. Without one, a name with no hold but an active rate limit
+        has its rate limit reset."""
 
     @abc.abstractmethod
     def clear(self, pattern: str = "*", progress: Callable[[int, int], None] | None = None) -> int:
         """Force-release the held locks :meth:`list` shows for ``pattern``, each by its fencing
-        token (a hold taken while the clear runs is left to its holder); how many.
+        token (a hold taken while the clear runs is left to its holder), and reset the rate
+        limits it shows; how many.
         ``progress(released, handed_over)`` is called after each batch."""
 
     @abc.abstractmethod

@@ -122,6 +122,16 @@ class QuorumLockManager(LockManager):
         """The hold of ``name`` (a quorum has no semaphores nor read/write locks)."""
         return [info for info in [self.get(name)] if info is not None]
 
+    def get_rate(self, name: str) -> LockInfo | None:
+        """None: a quorum has no rate limits (``rate_limit()`` refuses one)."""
+        validate_name(name)
+        return None
+
+    def reset_rate(self, name: str) -> Released | None:
+        """None: a quorum has no rate limits."""
+        validate_name(name)
+        return None
+
     def force_release(self, name: str, fencing_token: int | None = None) -> Released | None:
         """Force-release ``name`` on every primary: the hold a majority has (with
         ``fencing_token``, only if it is that hold); without a token, whatever each primary

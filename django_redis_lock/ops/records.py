@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from django_redis_lock.backends.base import text_of
+from django_redis_lock.validation import MAX_BURST, validate_rate
 
 logger = logging.getLogger("django_redis_lock")
 
@@ -71,6 +72,10 @@ class LockInfo:
     kind: str = "lock"
     #: A semaphore's limit (as its last acquire asked for); None otherwise.
     limit: int | None = None
+    #: Of an active rate limit (kind "rate"), its rate and how full it is; None otherwise. A
+    #: rate limit has no holder: its fencing token is 0, its owner "", its ``acquired_at`` the
+    #: time it was read (the server's clock), its ``ttl`` the time until it has drained.
+    rate: RateFill | None = None
 
     @property
     def leadership(self) -> bool:
@@ -86,7 +91,8 @@ class LockInfo:
     @property
     def held_as(self) -> str:
         """What is held, for people: ``""`` for a lock, ``leader``, ``semaphore of 3``,
-        ``read``, ``write``, ``unique`` (with its mode: ``unique, window 60 s``)."""
+        ``read``, ``write``, ``unique`` (with its mode: ``unique, window 60 s``), ``rate 10/s``
+        (with its burst: ``rate 10/s, burst 4``)."""
         if self.unique:
             mode = unique_mode(self.label)
             return f"unique, {mode}" if mode else "unique"
@@ -94,12 +100,38 @@ class LockInfo:
             return "leader" if self.leadership else ""
         if self.kind == "semaphore":  # its limit unknown when the stored one is not a number
             return "semaphore" if self.limit is None else f"semaphore of {self.limit}"
+        if self.rate is not None:
+            burst = f", burst {self.rate.burst}" if self.rate.burst else ""
+            return f"rate {self.rate.rate}{burst}"
         return self.kind
 
     @property
     def shown_name(self) -> str:
         """The name with what is held, for a table: ``reports [semaphore of 3]``."""
         return f"{self.name} [{self.held_as}]" if self.held_as else self.name
+
+
+@dataclass(frozen=True)
+class RateFill:
+    """An active rate limit as its state says (see ``scripts/rate.py``): calls in its bucket,
+    which drains at the rate and holds ``burst + 1``, and callers queued beyond it (blocked
+    callers that took a later turn and sleep until it comes)."""
+
+    #: The rate ("10/s") and burst as its last admitted call asked for them.
+    rate: str
+    burst: int
+    #: The calls in the bucket now (a fraction: it drains continuously), at most ``capacity``.
+    fill: float
+    #: How many calls the bucket holds: ``burst + 1``.
+    capacity: int
+    #: Callers holding a turn that has not come yet.
+    queued: int
+
+    @property
+    def shown(self) -> str:
+        """How full it is, for people: ``2.4 of 5 used``, ``5 of 5 used, 3 queued``."""
+        queued = f", {self.queued} queued" if self.queued else ""
+        return f"{self.fill:.3g} of {self.capacity} used{queued}"
 
 
 @dataclass(frozen=True)
@@ -186,6 +218,47 @@ def shared_infos(name: str, record: object) -> tuple[list[LockInfo], int]:
             )
         )
     return found, skipped
+
+
+# Of a turn computed in microseconds with a fraction: a caller is queued past this margin.
+_TURN_MARGIN = 1e-6
+
+
+def rate_info(name: str, state: object) -> LockInfo | None:
+    """The LockInfo (kind "rate") of a rate limit's state as RATE_READ_MANY reads it, [next,
+    rate, burst, interval, now] as stored; None when it is not what the rate scripts write (a
+    time or interval that is not a number in range, a rate or burst they do not accept)."""
+    if not (isinstance(state, list) and len(state) == 5):
+        return None
+    tat, interval, now = (_decimal(each) for each in (state[0], state[3], state[4]))
+    burst = _integer(state[2], MAX_BURST + 1)
+    try:
+        rate = validate_rate(state[1]).text
+    except (TypeError, ValueError):
+        return None
+    if tat is None or interval is None or now is None or burst is None or burst < 0:
+        return None
+    if not (0 <= tat < _MAX_TIME and 1 <= interval <= _MAX_INTERVAL and 0 <= now < _MAX_TIME):
+        return None
+    moment = _moment(int(now))
+    if moment is None:
+        return None
+    left = max(0.0, tat - now)
+    calls, capacity = left / interval, burst + 1
+    queued = max(0, math.ceil(calls - capacity - _TURN_MARGIN))
+    fill = RateFill(rate, burst, min(calls, float(capacity)), capacity, queued)
+    return LockInfo(name, 0, "", None, moment, ttl=left / 1e6, kind="rate", rate=fill)
+
+
+# The scripts' bounds: a time below 9e15 µs (the year 2255), an interval from a microsecond
+# (MAX_RATE_PER_SECOND) to a day.
+_MAX_TIME, _MAX_INTERVAL = 9e15, 86_400e6
+_DECIMAL = re.compile(r"[0-9]{1,16}(?:\.[0-9]{1,6})?")
+
+
+def _decimal(value: object) -> float | None:
+    """A non-negative number as the rate scripts write it ("1234.567"), else None."""
+    return float(value) if isinstance(value, str) and _DECIMAL.fullmatch(value) else None
 
 
 def warn_unanswered(unanswered: dict[str, str], members: int) -> None:

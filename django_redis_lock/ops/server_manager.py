@@ -32,6 +32,7 @@ from django_redis_lock.ops.records import (
     shared_infos,
     warn_skipped,
 )
+from django_redis_lock.ops.server_rates import RateLimits, queue_resets
 from django_redis_lock.stats import LockStats
 from django_redis_lock.stats import parse as parse_stats
 from django_redis_lock.validation import (
@@ -46,13 +47,11 @@ from django_redis_lock.validation import (
 # At most this many SCAN calls serve one page, so a search that matches little stays quick
 # on a large database; the page then ends early with a cursor to go on from.
 _MAX_SCANS_PER_PAGE = 50
-# The letters of the holders keys SCAN finds: a semaphore's ("m"), a read/write lock's ("r").
-_SHARED_LETTERS = ("m", "r")
 # Keys found by SCAN, spelt here: inside a manager, "list" is a method.
 KeyBatch = list["bytes | str"]
 
 
-class ServerLockManager(LockManager):
+class ServerLockManager(RateLimits, LockManager):
     """The locks of one cache alias: a server, a Sentinel service or a cluster."""
 
     _backend: LockBackend
@@ -77,9 +76,9 @@ class ServerLockManager(LockManager):
         return Listing(lambda listing: self._listed(match))
 
     def _scan_pattern(self, pattern: str) -> str:
-        """SCAN's MATCH for the keys of held locks named ``pattern``: a lock's, and the holders
-        of a semaphore or read/write lock."""
-        return self._backend.scan_pattern(validate_pattern(pattern), kind="[lmr]")
+        """SCAN's MATCH for the keys of held locks named ``pattern``: a lock's, the holders
+        of a semaphore or read/write lock, and an active rate limit's state."""
+        return self._backend.scan_pattern(validate_pattern(pattern), kind="[lmrg]")
 
     def _listed(self, match: str) -> Iterator[LockInfo]:
         skipped = 0
@@ -173,15 +172,19 @@ class ServerLockManager(LockManager):
 
     def _fetch_keys(self, keys: Sequence[bytes | str]) -> tuple[InfoList, int]:
         """The held locks of the keys SCAN found: locks' and semaphores' (and read/write
-        locks') holders, each read in one round trip."""
-        shared = [key for key in keys if self._kind_of(key) in _SHARED_LETTERS]
-        locks = [key for key in keys if self._kind_of(key) not in _SHARED_LETTERS]
-        found, skipped = self._fetch(locks, [self.name_of(key) for key in locks])
-        if shared:
-            holders, unreadable = self._fetch_shared(shared, [self.name_of(k) for k in shared])
-            found.extend(holders)
-            skipped += unreadable
-        return found, skipped
+        locks') holders, and rate limits, each kind read in one round trip."""
+        kinds = [self._kind_of(key) for key in keys]
+        found: InfoList = []
+        skipped = 0
+        for fetch, letters in ((self._fetch_shared, "mr"), (self._fetch_rates, "g")):
+            batch = [key for key, kind in zip(keys, kinds, strict=True) if kind in letters]
+            if batch:
+                infos, unreadable = fetch(batch, [self.name_of(key) for key in batch])
+                found.extend(infos)
+                skipped += unreadable
+        locks = [key for key, kind in zip(keys, kinds, strict=True) if kind not in "mrg"]
+        infos, unreadable = self._fetch(locks, [self.name_of(key) for key in locks])
+        return infos + found, skipped + unreadable
 
     def _kind_of(self, key: bytes | str) -> str:
         return self._backend.kind_of_key(
@@ -265,11 +268,13 @@ class ServerLockManager(LockManager):
         return found[0] if found else None
 
     def holders(self, name: str) -> InfoList:
-        """Every hold of ``name``: its lock's, and each holder of its semaphore or read/write
-        lock (a name may be both); skips (and warns of) what :meth:`list` skips."""
+        """Every hold of ``name``: its lock's, each holder of its semaphore or read/write
+        lock (a name may be both), then its rate limit if active; skips (and warns of) what
+        :meth:`list` skips."""
         validate_name(name)
         found = [info for info in [self.get(name)] if info is not None]
-        return found + self._shared_holders(name)
+        rate = [info for info in [self.get_rate(name)] if info is not None]
+        return found + self._shared_holders(name) + rate
 
     def _shared_holders(self, name: str) -> InfoList:
         """The holders of the semaphore and the read/write lock ``name``, by fencing token."""
@@ -280,7 +285,8 @@ class ServerLockManager(LockManager):
 
     def release_all(self, name: str) -> ReleasedList:
         """Force-release every hold of ``name``: its lock's, and each holder of its semaphore
-        or read/write lock, by fencing token (one taken meanwhile stays with its holder)."""
+        or read/write lock, by fencing token (one taken meanwhile stays with its holder); and
+        reset its rate limit."""
         released = [each for each in [self._force_lock(name, None)] if each is not None]
         holders = self._shared_holders(name)
         tokens: list[int | None] = [info.fencing_token for info in holders] or [None]
@@ -288,7 +294,7 @@ class ServerLockManager(LockManager):
             each = self._force_shared(name, token, holders)
             if each is not None:
                 released.append(each)
-        return released
+        return released + [each for each in [self.reset_rate(name)] if each is not None]
 
     def force_release(self, name: str, fencing_token: int | None = None) -> Released | None:
         """Force-release ``name``, waking its waiters; what was released, or None if not held.
@@ -297,7 +303,9 @@ class ServerLockManager(LockManager):
         someone else is left alone (an operator confirmed the release of the other hold).
         Without it, a hold whose data this library did not write is released too; a name
         with several holders (a semaphore's places, readers) raises :class:`SeveralHolders`,
-        a ValueError that lists their tokens: pick one, or :meth:`release_all`.
+        a ValueError that lists their tokens: pick one, or :meth:`release_all`. A name
+        without a hold but with an active rate limit: the rate limit is reset (its Released
+        has an info of kind "rate"), as :meth:`reset_rate`.
         """
         fencing_token = validate_fencing_token(fencing_token)
         holders = self._shared_holders(validate_name(name))  # their kinds: replies have none
@@ -306,9 +314,11 @@ class ServerLockManager(LockManager):
             if len(lock + holders) > 1:  # a lock and a semaphore of one name count too
                 raise SeveralHolders(name, [info.fencing_token for info in lock + holders])
         released = self._force_lock(name, fencing_token)
-        if released is not None:
-            return released
-        return self._force_shared(name, fencing_token, holders)
+        if released is None:
+            released = self._force_shared(name, fencing_token, holders)
+        if released is None and fencing_token is None:
+            return self.reset_rate(name)
+        return released
 
     def _force_lock(self, name: str, fencing_token: int | None) -> Released | None:
         keys = self._backend.keys_for(validate_name(name))
@@ -344,9 +354,10 @@ class ServerLockManager(LockManager):
 
         Each is released by its fencing token, except holds taken while the clear runs: a
         lock handed to a waiter (or taken anew) meanwhile is left to its new holder. A holder
-        whose lock was cleared learns it (LockNotOwned) when it releases. Every batch of keys
-        costs two round trips. ``progress(released, handed_over)`` is called after each
-        batch; ``handed_over`` counts locks a waiter took at once.
+        whose lock was cleared learns it (LockNotOwned) when it releases. Matching rate limits
+        are reset (counted too). Every batch of keys costs two round trips.
+        ``progress(released, handed_over)`` is called after each batch; ``handed_over``
+        counts locks a waiter took at once.
         """
         backend, released, handed_over, skipped = self._backend, 0, 0, 0
         with redis_errors("Could not clear locks"):
@@ -362,15 +373,16 @@ class ServerLockManager(LockManager):
             # client's; a start time later than that (written by hand) is no reason to spare.
             running = datetime.timedelta(seconds=time.monotonic() - clock + 1)
             write = backend.client.pipeline(transaction=False)
+            queue_resets(write, backend, found)
             for info in found:
-                if not started <= info.acquired_at <= started + running:
+                if info.kind != "rate" and not started <= info.acquired_at <= started + running:
                     keys = self._keys_of(info.name, info.kind)
                     args = [lock_settings.tombstone_ms, info.fencing_token]
                     backend.queue(write, keys.script("force_release"), keys.all, args)
             with redis_errors("Could not clear locks"):
                 results = write.execute()
             released += sum(1 for result in results if result)
-            handed_over += sum(1 for result in results if result and result[-1] == 2)
+            handed_over += sum(1 for each in results if isinstance(each, list) and each[-1:] == [2])
             if progress is not None:
                 progress(released, handed_over)
         warn_skipped(skipped)

@@ -53,6 +53,8 @@ CALLS: dict[str, Callable[[Any], object]] = {
     "release_all": lambda manager: manager.release_all("gone"),
     "release": lambda manager: manager.release("gone"),
     "clear": lambda manager: manager.clear("none*"),
+    "get_rate": lambda manager: manager.get_rate("held"),
+    "reset_rate": lambda manager: manager.reset_rate("gone"),
 }
 
 

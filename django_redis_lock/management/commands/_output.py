@@ -23,7 +23,9 @@ COLUMNS = ("NAME", "TTL", "OWNER", "LABEL", "ACQUIRED", "TOKEN")
 _FLEXIBLE = frozenset({"NAME", "OWNER", "LABEL"})
 _SMALLEST_FLEXIBLE = 12
 # What a shown name ends with when a semaphore or read/write lock holds it: kept whole.
-_KIND = re.compile(r" \[(?:semaphore(?: of [0-9]+)?|read|write|leader)\]$")
+_KIND = re.compile(
+    r" \[(?:semaphore(?: of [0-9]+)?|read|write|leader|rate [0-9]+/[smhd](?:, burst [0-9]+)?)\]$"
+)
 
 
 def terminal_width(stream: TextIO | Any, default: int) -> int:
@@ -42,7 +44,21 @@ def terminal_width(stream: TextIO | Any, default: int) -> int:
 
 
 def as_json(info: LockInfo) -> dict[str, Any]:
-    """The JSON object of one held lock (ttl null: the key has no expiry)."""
+    """The JSON object of one held lock (ttl null: the key has no expiry), or of an active
+    rate limit (kind "rate": no holder, so no token, owner nor start)."""
+    if info.rate is not None:
+        fill = info.rate
+        return {
+            **dict.fromkeys(("fencing_token", "owner", "label", "acquired_at")),
+            "name": info.name,
+            "kind": "rate",
+            "rate": fill.rate,
+            "burst": fill.burst,
+            "fill": round(fill.fill, 3),
+            "capacity": fill.capacity,
+            "queued": fill.queued,
+            "ttl": info.ttl,
+        }
     return {
         "name": info.name,
         "fencing_token": info.fencing_token,
@@ -65,6 +81,9 @@ def columns(info: LockInfo) -> tuple[str, ...]:
 
 
 def cells(info: LockInfo) -> tuple[str, ...]:
+    if info.rate is not None:  # no holder: how full it is in the label's column
+        cells = [info.shown_name, f"{info.ttl:.1f}s", "-", info.rate.shown, "-", "-"]
+        return tuple(safe_text(cell) for cell in cells)
     acquired = info.acquired_at.strftime("%Y-%m-%d %H:%M:%S UTC")
     ttl = f"{info.ttl:.1f}s" if math.isfinite(info.ttl) else "no expiry"
     cells = [info.shown_name, ttl, info.owner, info.label or "-", acquired]
@@ -72,6 +91,19 @@ def cells(info: LockInfo) -> tuple[str, ...]:
     if info.primaries:
         cells.append(", ".join(info.primaries))
     return tuple(safe_text(cell) for cell in cells)
+
+
+def shown_fields(info: LockInfo) -> list[tuple[str, str]]:
+    """What ``locks show`` prints of one hold or rate limit: (label, safe text) pairs."""
+    if info.rate is None:
+        return list(zip((c.lower() for c in columns(info)), cells(info), strict=True))
+    fill = info.rate
+    return [
+        ("name", safe_text(info.name)),
+        ("kind", f"rate limit, {info.held_as}"),
+        ("used", f"{fill.shown} (the burst and one call)"),
+        ("drains in", f"{info.ttl:.3f}s"),
+    ]
 
 
 STATS_COLUMNS = (
@@ -94,7 +126,12 @@ def seconds(value: float | None) -> str:
     return "-" if value is None else duration(value)
 
 
-def stats_cells(stats: LockStats) -> tuple[str, ...]:
+#: The columns of ``locks stats`` when a name there counts rate limit calls.
+RATE_COLUMNS = ("ADMITTED", "LIMITED")
+
+
+def stats_cells(stats: LockStats, rates: bool = False) -> tuple[str, ...]:
+    """A row of ``locks stats``; with ``rates``, the calls of the rate limit too."""
     suggested = seconds(stats.suggested_timeout)
     cells = (
         stats.name,
@@ -109,6 +146,7 @@ def stats_cells(stats: LockStats) -> tuple[str, ...]:
         seconds(stats.wait_p99),
         seconds(stats.timeout),
         f"{suggested} !" if stats.warnings else suggested,
+        *((str(stats.admitted), str(stats.limited)) if rates else ()),
     )
     return tuple(safe_text(cell) for cell in cells)
 

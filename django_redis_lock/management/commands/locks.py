@@ -24,6 +24,7 @@ from django_redis_lock.management.commands import _lead as lead_command
 from django_redis_lock.management.commands._output import (
     COLUMNS,
     NARROWEST,
+    RATE_COLUMNS,
     STATS_COLUMNS,
     TABLE_WIDTH,
     WIDTH_SAMPLE,
@@ -33,6 +34,7 @@ from django_redis_lock.management.commands._output import (
     columns,
     line,
     quoted,
+    shown_fields,
     stats_cells,
     terminal_width,
     widths,
@@ -184,16 +186,16 @@ class Command(BaseCommand):
 
     def _show(self, manager: LockManager, options: dict[str, Any]) -> None:
         holds = self._held(manager, options["name"])
-        if options["json"]:  # a lock's hold: an object; a semaphore's holders: an array
+        if options["json"]:  # a lock's hold (a rate limit): an object; else an array
             shown = [as_json(info) for info in holds]
-            single = len(holds) == 1 and holds[0].kind == "lock"
+            single = len(holds) == 1 and holds[0].kind in ("lock", "rate")
             self.stdout.write(safe_json(shown[0] if single else shown, indent=2))
             return
         for i, info in enumerate(holds):
             if i:
                 self.stdout.write("")
-            for label, value in zip(columns(info), cells(info), strict=True):  # safe text
-                self.stdout.write(f"{self.style.MIGRATE_LABEL(f'{label.lower():>9}')}  {value}")
+            for label, value in shown_fields(info):  # safe text
+                self.stdout.write(f"{self.style.MIGRATE_LABEL(f'{label:>9}')}  {value}")
 
     def _release(self, manager: LockManager, options: dict[str, Any]) -> None:
         name, token = options["name"], options["token"]
@@ -223,6 +225,11 @@ class Command(BaseCommand):
     def _released(self, released: Released) -> str:
         """One line for one hold released: whose, which, and whether a waiter took it over."""
         info = released.info
+        if info is not None and info.rate is not None:
+            return (
+                self.style.SUCCESS(f"Reset rate limit {quoted(released.name)} [{info.held_as}]")
+                + f" ({info.rate.shown}): its next calls are admitted at once."
+            )
         text = self.style.SUCCESS(
             f"Released {quoted(released.name)}"
             + (f" [{info.held_as}]" if info and info.held_as else "")
@@ -240,6 +247,11 @@ class Command(BaseCommand):
             count = 0
             for info in manager.list(pattern):  # each holder of a semaphore on its own line
                 count += 1
+                if info.rate is not None:
+                    self.stdout.write(
+                        f"would reset {safe_text(info.shown_name)}  ({info.rate.shown})"
+                    )
+                    continue
                 self.stdout.write(
                     f"would release {safe_text(info.shown_name)}  (token {info.fencing_token}, "
                     f"held by {safe_text(info.owner)})"
@@ -301,9 +313,11 @@ class Command(BaseCommand):
         if not found:
             self.stdout.write("No statistics recorded for these locks.")
             return
-        rows = [stats_cells(stats) for stats in found]
-        sized = widths(STATS_COLUMNS, rows, self._table_width())
-        self.stdout.write(self.style.MIGRATE_HEADING(line(STATS_COLUMNS, sized)))
+        rates = any(stats.admitted or stats.limited for stats in found)
+        heads = (*STATS_COLUMNS, *(RATE_COLUMNS if rates else ()))
+        rows = [stats_cells(stats, rates) for stats in found]
+        sized = widths(heads, rows, self._table_width())
+        self.stdout.write(self.style.MIGRATE_HEADING(line(heads, sized)))
         for row in rows:
             self.stdout.write(line(row, sized))
         flagged = [stats for stats in found if stats.warnings]
