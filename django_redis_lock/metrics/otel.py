@@ -41,6 +41,16 @@ class OpenTelemetryObserver(Observer):
         self.losses = meter.create_counter(
             "lock.lost", unit="{hold}", description="Holds found lost, by cause."
         )
+        self.rate_calls = meter.create_counter(
+            "lock.rate.calls",
+            unit="{call}",
+            description="Calls of rate limits, by outcome: admitted (at once or at their turn) "
+            "or limited.",
+        )
+
+    def rate(self, label: str, admitted: bool) -> None:
+        outcome = "admitted" if admitted else "limited"
+        self.rate_calls.add(1, {"lock.name.template": label, "lock.rate.outcome": outcome})
 
     def start_acquire(self, label: str, lock: Any, backend: Any) -> Any:
         if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):

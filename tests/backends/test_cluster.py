@@ -30,6 +30,7 @@ from django_redis_lock import (
     get_lock_manager,
     lock,
     locked,
+    rate_limit,
 )
 from django_redis_lock.backends.cluster import ClusterLockBackend
 from django_redis_lock.runtime import runtime
@@ -209,6 +210,33 @@ def test_listing_paging_command_admin_and_clear(
     assert manager.release(names[0])
     assert manager.get(names[0]) is None
     assert manager.clear("report:*") == len(names) - 1
+    assert list(manager.list()) == []
+
+
+def test_rate_limits_on_every_primary_are_listed_paged_and_cleared(
+    on_cluster: ClusterTopology,
+) -> None:
+    names = spread_names(on_cluster, "rate:", 2)
+    for name in names:
+        assert rate_limit(name, "1/h", burst=1).acquire(blocking=False)
+    manager = get_lock_manager()
+    listed = list(manager.list("rate:*"))
+    assert sorted(info.name for info in listed) == names
+    assert {(info.kind, info.held_as) for info in listed} == {("rate", "rate 1/h, burst 1")}
+    seen: list[str] = []
+    cursor = ""
+    for _ in range(len(names) + 3):
+        page = manager.page("rate:*", cursor, size=2)
+        seen += [info.name for info in page.locks]
+        cursor = page.next_cursor
+        if not cursor:
+            break
+    assert sorted(seen) == names
+    info = manager.get_rate(names[0])
+    assert info is not None
+    assert info.rate is not None
+    assert info.rate.shown == "1 of 2 used"
+    assert manager.clear("rate:*") == len(names)
     assert list(manager.list()) == []
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import redis
 
-from django_redis_lock import lock
+from django_redis_lock import lock, rate_limit
 from tests.helpers import builtin_cache_with, wait_until
 from tests.metrics.conftest import Telemetry, lock_settings
 
@@ -136,3 +136,14 @@ def test_a_loss_is_an_event_on_the_span_of_the_code_that_finds_it(telemetry: Tel
     assert dict(event.attributes)["lock.name.template"] == "lost"
     lost = [point.value for point in telemetry.points("lock.lost")]
     assert sum(lost) >= 1
+
+
+def test_rate_limit_calls_are_counted_by_outcome(telemetry: Telemetry) -> None:
+    limit = rate_limit("otel-rate", "1/h")
+    assert [limit.acquire(blocking=False) for _ in range(3)] == [True, False, False]
+    counted = {
+        dict(point.attributes)["lock.rate.outcome"]: point.value
+        for point in telemetry.points("lock.rate.calls")
+        if dict(point.attributes)["lock.name.template"] == "otel-rate"
+    }
+    assert counted == {"admitted": 1, "limited": 2}

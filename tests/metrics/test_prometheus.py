@@ -15,7 +15,15 @@ from typing import Any
 
 import pytest
 
-from django_redis_lock import LockUnavailable, get_lock_manager, lock, locked, semaphore
+from django_redis_lock import (
+    LockUnavailable,
+    RateLimited,
+    get_lock_manager,
+    lock,
+    locked,
+    rate_limit,
+    semaphore,
+)
 from django_redis_lock.checks import check_settings
 from django_redis_lock.signals import lock_renewal_failed
 from tests.helpers import builtin_cache_with, received, wait_until
@@ -409,3 +417,17 @@ def test_unique_enqueues_and_starts_are_counted_by_task_and_outcome(registry: An
         started(replace, "unique:k", "app.job", "t1")
     counted = ("enqueued", "duplicate", "replaced", "skipped", "throttled")
     assert [unique_total(outcome) for outcome in counted] == [2, 1, 1, 1, 1]
+
+
+def test_rate_limit_calls_are_counted_admitted_and_limited_by_template(registry: Any) -> None:
+    limit = rate_limit("prom-rate", "1/h", burst=1)
+    assert [limit.acquire(blocking=False) for _ in range(4)] == [True, True, False, False]
+    with pytest.raises(RateLimited):
+        limit.check()
+    admitted = value(registry, "django_redis_lock_rate_admitted_total", lock="prom-rate")
+    limited = value(registry, "django_redis_lock_rate_limited_total", lock="prom-rate")
+    assert (admitted, limited) == (2, 3)
+    assert get_lock_manager().reset_rate("prom-rate") is not None  # a reset counts no call
+    assert limit.acquire(blocking=False)
+    assert value(registry, "django_redis_lock_rate_admitted_total", lock="prom-rate") == 3
+    assert value(registry, "django_redis_lock_rate_limited_total", lock="prom-rate") == 3
