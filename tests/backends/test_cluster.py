@@ -33,6 +33,7 @@ from django_redis_lock import (
     rate_limit,
 )
 from django_redis_lock.backends.cluster import ClusterLockBackend
+from django_redis_lock.ops.manager import LockManager
 from django_redis_lock.runtime import runtime
 from testproject.cluster import ClusterTopology
 from testproject.topology import call
@@ -168,6 +169,19 @@ def test_locked_decorator(on_cluster: ClusterTopology) -> None:
 
 
 @pytest.mark.django_db
+def paged(manager: LockManager, pattern: str, size: int) -> list[str]:
+    """The names of every page of ``pattern``'s listing, sorted (each page at most 20)."""
+    seen: list[str] = []
+    cursor = ""
+    for _ in range(20):
+        page = manager.page(pattern, cursor, size=size)
+        seen += [info.name for info in page.locks]
+        cursor = page.next_cursor
+        if not cursor:
+            break
+    return sorted(seen)
+
+
 def test_listing_paging_command_admin_and_clear(
     on_cluster: ClusterTopology, admin_client: Client
 ) -> None:
@@ -179,15 +193,7 @@ def test_listing_paging_command_admin_and_clear(
     manager = get_lock_manager()
 
     assert sorted(info.name for info in manager.list("report:*")) == names
-    seen: list[str] = []
-    cursor = ""
-    for _ in range(len(names) + 3):
-        page = manager.page("report:*", cursor, size=3)
-        seen += [info.name for info in page.locks]
-        cursor = page.next_cursor
-        if not cursor:
-            break
-    assert sorted(seen) == names  # every primary, each lock once
+    assert paged(manager, "report:*", 3) == names  # every primary, each lock once
 
     out = io.StringIO()
     call_command("locks", "list", "--json", stdout=out)
@@ -223,15 +229,7 @@ def test_rate_limits_on_every_primary_are_listed_paged_and_cleared(
     listed = list(manager.list("rate:*"))
     assert sorted(info.name for info in listed) == names
     assert {(info.kind, info.held_as) for info in listed} == {("rate", "rate 1/h, burst 1")}
-    seen: list[str] = []
-    cursor = ""
-    for _ in range(len(names) + 3):
-        page = manager.page("rate:*", cursor, size=2)
-        seen += [info.name for info in page.locks]
-        cursor = page.next_cursor
-        if not cursor:
-            break
-    assert sorted(seen) == names
+    assert paged(manager, "rate:*", 2) == names
     info = manager.get_rate(names[0])
     assert info is not None
     assert info.rate is not None

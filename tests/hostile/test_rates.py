@@ -11,31 +11,19 @@ crash.
 
 from __future__ import annotations
 
-import io
 import json
 import logging
 
 import pytest
 import redis
-from django.core.management import call_command
 from redis.typing import EncodableT
 
 from django_redis_lock import get_lock_manager, rate_limit
 from django_redis_lock.runtime import runtime
 from tests.helpers import staff_client
+from tests.hostile.test_operating import cmd
 
 CHANGELIST = "/admin/django_redis_lock/lock/"
-
-
-@pytest.fixture(autouse=True)
-def _default_width(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("COLUMNS", raising=False)
-
-
-def cmd(*args: str) -> str:
-    out = io.StringIO()
-    call_command("locks", *args, stdout=out, no_color=True)
-    return out.getvalue()
 
 
 def state_key(name: str) -> str:
@@ -48,7 +36,7 @@ def active(name: str) -> str:
     return state_key(name)
 
 
-JUNK: list[dict[str, EncodableT]] = [
+JUNK: list[dict[EncodableT, EncodableT]] = [
     {"t": "abc"},
     {"t": "-5"},
     {"t": "nan"},
@@ -72,7 +60,7 @@ JUNK: list[dict[str, EncodableT]] = [
 @pytest.mark.parametrize("junk", JUNK, ids=[repr(each)[:40] for each in JUNK])
 @pytest.mark.django_db
 def test_a_state_someone_else_wrote_is_skipped_with_a_warning_and_still_reset(
-    redis_client: redis.Redis, junk: dict[str, EncodableT], caplog: pytest.LogCaptureFixture
+    redis_client: redis.Redis, junk: dict[EncodableT, EncodableT], caplog: pytest.LogCaptureFixture
 ) -> None:
     redis_client.hset(active("junk"), mapping=junk)
     manager = get_lock_manager()
@@ -100,7 +88,7 @@ def test_a_time_at_the_edge_of_the_scripts_range_is_shown_with_its_queue(
     assert info.rate is not None
     assert (info.rate.fill, info.rate.capacity) == (3.0, 3)
     assert info.rate.queued > 2_000_000  # hours of turns: shown, not refused
-    assert "3 of 3 used" in cmd("list")
+    assert "3 of 3 used" in cmd("show", "edge")
     assert json.loads(cmd("show", "edge", "--json"))["queued"] == info.rate.queued
 
 
