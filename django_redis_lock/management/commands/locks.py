@@ -97,7 +97,8 @@ class Command(BaseCommand):
         show.add_argument("name")
         show.add_argument("--json", action="store_true", help="Print a JSON object.")
         release = commands.add_parser(
-            "release", help="Force-release one lock, or one holder of a semaphore."
+            "release",
+            help="Force-release one lock, or one holder of a semaphore; reset a rate limit.",
         )
         release.add_argument("name")
         release.add_argument(
