@@ -15,7 +15,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AnonymousUser
 from django.test import RequestFactory, override_settings
 
-from django_redis_lock import lock
+from django_redis_lock import lock, rate_limit
 from tests.docs.examples import calls, example, forget
 
 README = Path(__file__).resolve().parents[2] / "README.rst"
@@ -50,7 +50,7 @@ def _fresh() -> Any:
 
 def test_the_readme_shows_these_blocks() -> None:
     """Each block has its test below: a new block fails here until it has one."""
-    assert len(readme_blocks()) == 5
+    assert len(readme_blocks()) == 6
 
 
 def test_configure(redis_url: str) -> None:
@@ -106,3 +106,11 @@ def test_unique_tasks(celery_broker_server: Any) -> None:
         finally:
             app.conf.task_always_eager = False
     assert calls() == [("build_report", None)]
+
+
+def test_rate_limits() -> None:
+    sync_customer = run_block(5)["sync_customer"]
+    for customer_id in range(6):  # one and a burst of five at once
+        sync_customer(customer_id)
+    assert not rate_limit("partner-api", "10/s", burst=5).acquire(blocking=False)
+    assert calls() == [("sync_customer_data", i) for i in range(6)]
