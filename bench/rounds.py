@@ -67,6 +67,24 @@ def lock_cycle(redis_lock: dict[str, Any], name: str) -> Timer:
     return timed
 
 
+def forked(count: int, work: Callable[[int], object]) -> None:
+    """Run ``work(i)`` in ``count`` forked children (i from 0); wait for them all. A child
+    exits 0 when ``work`` returned, 1 when it raised."""
+    children = []
+    for i in range(count):
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                work(i)
+                code = 0
+            finally:
+                os._exit(code)
+        children.append(pid)
+    for pid in children:
+        os.waitpid(pid, 0)
+
+
 def interleaved(timers: dict[str, Timer], cycles: int, repeats: int) -> dict[str, float]:
     """Each timer's µs per cycle: rounds of ROUND_CYCLES taken in turn (the order reversed
     every other round), the median of each repeat's round medians."""

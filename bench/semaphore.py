@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from rounds import Timer, command_line, interleaved, setup_django  # noqa: E402
+from rounds import Timer, command_line, forked, interleaved, setup_django  # noqa: E402
 
 from testproject.redis_server import RedisServer, find_redis_server  # noqa: E402
 
@@ -57,29 +57,21 @@ def _contend(url: str) -> tuple[list[float], list[float]]:
 
     log = redis.Redis.from_url(url)
     log.delete("bench:events")
-    children = []
-    for _ in range(PROCESSES):
-        pid = os.fork()
-        if pid == 0:
-            code = 1
-            try:
-                events = []
-                deadline = time.monotonic() + CONTENDED_SECONDS
-                while time.monotonic() < deadline:
-                    asked = time.monotonic()
-                    with semaphore("bench:contended", LIMIT):
-                        began = time.monotonic()
-                        time.sleep(HOLD_SECONDS)  # the work: I/O, as a hold's work mostly is
-                        ended = time.monotonic()
-                    events.append(f"{asked} {began} {ended}")
-                with redis.Redis.from_url(url) as own:
-                    own.rpush("bench:events", *events)
-                code = 0
-            finally:
-                os._exit(code)
-        children.append(pid)
-    for pid in children:
-        os.waitpid(pid, 0)
+
+    def take_turns(_: int) -> None:
+        events = []
+        deadline = time.monotonic() + CONTENDED_SECONDS
+        while time.monotonic() < deadline:
+            asked = time.monotonic()
+            with semaphore("bench:contended", LIMIT):
+                began = time.monotonic()
+                time.sleep(HOLD_SECONDS)  # the work: I/O, as a hold's work mostly is
+                ended = time.monotonic()
+            events.append(f"{asked} {began} {ended}")
+        with redis.Redis.from_url(url) as own:
+            own.rpush("bench:events", *events)
+
+    forked(PROCESSES, take_turns)
     holds = [tuple(map(float, row.split())) for row in log.lrange("bench:events", 0, -1)]
     return _handovers(holds), _idle_spans(holds)
 

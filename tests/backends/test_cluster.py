@@ -49,6 +49,10 @@ from tests.helpers import (
     wait_until,
 )
 from tests.leader.scenarios import leads_hands_over_and_is_deposed
+from tests.rate.scenarios import (
+    admits_rate_and_burst_then_refuses,
+    waiters_get_distinct_turns_in_order,
+)
 
 # One cluster for the module (xdist's --dist loadfile keeps a module's tests on one worker).
 pytestmark = pytest.mark.slow
@@ -432,3 +436,23 @@ def test_a_leadership_leads_hands_over_and_is_deposed(
     on_cluster: ClusterTopology, driver: SyncDriver
 ) -> None:
     leads_hands_over_and_is_deposed(driver, "cluster")
+
+
+def test_rate_limits_on_every_primary(on_cluster: ClusterTopology, driver: Any) -> None:
+    from django_redis_lock import rate_limit
+
+    admits_rate_and_burst_then_refuses(driver, "cluster:rate")
+    waiters_get_distinct_turns_in_order(driver, "cluster:rate-queue")
+    names = spread_names(on_cluster, "rate:", 2)  # a rate limit's keys share its name's tag
+    for name in names:
+        limit = rate_limit(name, "1/m", burst=1)
+        admitted = [driver.call(limit, "acquire", False) for _ in range(3)]
+        assert admitted == [True, True, False], name
+    state = {name: runtime().backend().rate_keys_for(name)[0] for name in names}
+    ports = set()
+    for name, key in state.items():
+        server = on_cluster.primary_of(key)
+        with valkey.Valkey(server.host, server.port) as client:
+            assert client.exists(key), name
+        ports.add(server.port)
+    assert len(ports) == 3

@@ -1038,3 +1038,14 @@ def test_a_leadership_leads_hands_over_and_is_deposed(
     quorum: list[redis.Redis], driver: SyncDriver
 ) -> None:
     leads_hands_over_and_is_deposed(driver, "quorum")
+
+
+def test_rate_limits_are_refused_on_a_quorum(quorum: list[redis.Redis]) -> None:
+    from django_redis_lock import rate_limit
+
+    for using in (None, list(ALIASES)):
+        with pytest.raises(ImproperlyConfigured, match="Rate limits cannot be quorum locks") as no:
+            rate_limit("x", "10/s", using=using)
+        assert "admits more than the rate" in str(no.value)
+    assert not any(client.keys("*") for client in quorum)
+    rate_limit("x", "10/s", using=ALIASES[0])  # one of its primaries alone is a single server

@@ -36,6 +36,10 @@ from tests.helpers import (
     wait_until,
 )
 from tests.leader.scenarios import leads_hands_over_and_is_deposed
+from tests.rate.scenarios import (
+    admits_rate_and_burst_then_refuses,
+    waiters_get_distinct_turns_in_order,
+)
 
 # One topology for the module (xdist's --dist loadfile keeps a module's tests on one worker).
 pytestmark = pytest.mark.slow
@@ -314,3 +318,38 @@ def test_a_leadership_leads_hands_over_and_is_deposed_with_wait_replicas(
 ) -> None:
     settings.REDIS_LOCK = {**settings.REDIS_LOCK, "WAIT_REPLICAS": 1, "WAIT_TIMEOUT": 2}
     leads_hands_over_and_is_deposed(driver, "sentinel")
+
+
+@pytest.mark.usefixtures("on_sentinel")
+def test_a_rate_limit_with_wait_replicas(settings: Any, driver: SyncDriver) -> None:
+    settings.REDIS_LOCK = {**settings.REDIS_LOCK, "WAIT_REPLICAS": 2, "WAIT_TIMEOUT": 2}
+    admits_rate_and_burst_then_refuses(driver, "sentinel:rate")
+    waiters_get_distinct_turns_in_order(driver, "sentinel:rate-queue")
+
+
+def _turn_or_none(limit: Any) -> Any:
+    try:
+        return limit.reserve(0.0)
+    except LockUnavailable:  # the client has not found the new primary yet
+        return None
+
+
+# One client and one driver: a failover costs seconds, and the module should stay quick.
+@pytest.mark.parametrize("on_sentinel", ["django-redis"], indirect=True)
+@pytest.mark.usefixtures("on_sentinel")
+def test_a_rate_limit_survives_a_failover_with_wait_replicas(
+    topology: SentinelTopology, settings: Any
+) -> None:
+    """Each admission acknowledged by both replicas (WAIT): whichever the sentinels promote
+    has the calls, and refuses within the window as the old primary did."""
+    from django_redis_lock import rate_limit
+
+    settings.REDIS_LOCK = {**settings.REDIS_LOCK, "WAIT_REPLICAS": 2, "WAIT_TIMEOUT": 2}
+    limit = rate_limit("sentinel:rate-failover", "1/m", burst=2)
+    assert [limit.acquire(blocking=False) for _ in range(4)] == [True, True, True, False]
+    new = topology.failover()
+    topology.wait_until_announced(new)
+    turn = wait_until(lambda: _turn_or_none(limit), timeout=10, step=0.1)
+    assert (turn.admitted, topology.primary()) == (False, new)
+    assert 30 < turn.retry_after <= 60
+    assert 30 < limit.retry_after() <= 60

@@ -15,6 +15,10 @@ from django.test.utils import override_settings
 from django_redis_lock import LockUnavailable, get_lock_manager, lock
 from django_redis_lock.backends.clients import library_of
 from tests.helpers import SyncDriver, keys, server_backend, start, wait_until
+from tests.rate.scenarios import (
+    admits_rate_and_burst_then_refuses,
+    waiters_get_distinct_turns_in_order,
+)
 
 
 def valkey_caches(url: str, **options: Any) -> dict[str, Any]:
@@ -70,3 +74,18 @@ def test_valkey_errors_become_lock_unavailable(driver: SyncDriver) -> None:
         assert isinstance(raised.value.__cause__, valkey.ValkeyError)
         with pytest.raises(LockUnavailable):
             list(get_lock_manager().list())
+
+
+@pytest.mark.usefixtures("on_valkey")
+def test_rate_limits_through_valkey_py(driver: SyncDriver) -> None:
+    admits_rate_and_burst_then_refuses(driver, "valkey:rate")
+    waiters_get_distinct_turns_in_order(driver, "valkey:rate-queue")
+
+
+def test_a_rate_limit_on_an_unreachable_valkey_is_lock_unavailable(driver: Any) -> None:
+    from django_redis_lock import rate_limit
+
+    with override_settings(CACHES=valkey_caches("valkey://127.0.0.1:1/0")):
+        with pytest.raises(LockUnavailable) as raised:
+            driver.call(rate_limit("valkey:nowhere", "1/s"), "acquire", False)
+        assert isinstance(raised.value.__cause__, valkey.ValkeyError)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +51,7 @@ def _fresh() -> Any:
 
 def test_the_readme_shows_these_blocks() -> None:
     """Each block has its test below: a new block fails here until it has one."""
-    assert len(readme_blocks()) == 5
+    assert len(readme_blocks()) == 6
 
 
 def test_configure(redis_url: str) -> None:
@@ -106,3 +107,12 @@ def test_unique_tasks(celery_broker_server: Any) -> None:
         finally:
             app.conf.task_always_eager = False
     assert calls() == [("build_report", None)]
+
+
+def test_rate_limits() -> None:
+    sync_customer = run_block(5)["sync_customer"]
+    started = time.monotonic()
+    for customer_id in range(7):  # one and a burst of five at once, then the next turn
+        sync_customer(customer_id)
+    assert time.monotonic() - started >= 0.09  # the seventh: 0.1 s after the first
+    assert calls() == [("sync_customer_data", i) for i in range(7)]

@@ -6,11 +6,19 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+from typing import Any
 
 import pytest
 import redis
 
-from django_redis_lock import RateLimited, rate_limit
+from django_redis_lock import LockUnavailable, RateLimited, rate_limit
+from testproject.redis_server import RedisServer
+from tests.helpers import SyncDriver
+from tests.rate.scenarios import (
+    admits_rate_and_burst_then_refuses,
+    waiters_get_distinct_turns_in_order,
+    with_blocks_wait_for_a_turn,
+)
 
 
 def test_a_spaced_rate_admits_one_call_then_refuses_until_the_interval_passed() -> None:
@@ -98,3 +106,25 @@ def test_garbage_at_the_key_starts_the_rate_afresh(redis_client: redis.Redis) ->
     redis_client.hset(key, "t", "1e300")
     assert limit.acquire(blocking=False)
     assert not limit.acquire(blocking=False)
+
+
+def test_on_one_server_rate_and_burst_then_refused(driver: SyncDriver) -> None:
+    admits_rate_and_burst_then_refuses(driver, "single")
+
+
+def test_on_one_server_waiters_get_their_turns_in_order(driver: SyncDriver) -> None:
+    waiters_get_distinct_turns_in_order(driver, "single:queue")
+    with_blocks_wait_for_a_turn(driver, "single:with")
+
+
+def test_redis_down_is_lock_unavailable(redis_server: RedisServer, driver: Any) -> None:
+    limit = rate_limit("down", "10/s")
+    assert driver.call(limit, "reserve", 0.0).admitted  # connected while it ran
+    redis_server.stop()  # started again after the test
+    for method, args in [("acquire", (False,)), ("acquire", ()), ("reserve", (None,))]:
+        with pytest.raises(LockUnavailable, match="rate limit 'down'"):
+            driver.call(limit, method, *args)
+    with pytest.raises(LockUnavailable):
+        driver.call(limit, "retry_after")
+    with pytest.raises(LockUnavailable):
+        driver.call(limit, "check")
