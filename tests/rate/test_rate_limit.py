@@ -22,14 +22,14 @@ from tests.rate.scenarios import (
 
 
 def test_a_spaced_rate_admits_one_call_then_refuses_until_the_interval_passed() -> None:
-    limit = rate_limit("api", "10/s")
+    limit = rate_limit("api", "1/m")
     assert limit.acquire(blocking=False)
     assert not limit.acquire(blocking=False)
     wait = limit.retry_after()
-    assert 0.05 < wait <= 0.1
+    assert 50 < wait <= 60
     turn = limit.reserve(0.0)
     assert not turn.admitted
-    assert 0.05 < turn.retry_after <= 0.1
+    assert 50 < turn.retry_after <= wait
 
 
 def test_a_burst_lets_that_many_more_through_at_once() -> None:
@@ -40,17 +40,18 @@ def test_a_burst_lets_that_many_more_through_at_once() -> None:
 
 
 def test_a_blocking_caller_sleeps_until_its_turn_and_turns_go_in_arrival_order() -> None:
-    limit = rate_limit("turns", "20/s")
+    limit = rate_limit("turns", "4/s")
+    first_sent = time.monotonic()
     turns = [limit.reserve(None) for _ in range(5)]
     assert all(turn.admitted for turn in turns)
     assert turns[0].wait == 0
     # Each turn one interval after the one before, by the server's clock, in calling order.
     gaps = [later.at - earlier.at for earlier, later in itertools.pairwise(turns)]
-    assert gaps == pytest.approx([0.05] * 4, abs=1e-5)
+    assert gaps == pytest.approx([0.25] * 4, abs=1e-5)
     assert [t.wait for t in turns] == sorted(t.wait for t in turns)
     started = time.monotonic()
-    assert limit.acquire(blocking=True)
-    assert time.monotonic() - started >= 0.2
+    assert limit.acquire(blocking=True)  # the sixth turn: 1.25 s after the first
+    assert time.monotonic() - started >= 1.25 - (started - first_sent)
 
 
 def test_a_turn_beyond_blocking_timeout_is_not_taken() -> None:
