@@ -4,6 +4,7 @@ order, retry_after, bad input, and what is stored (sync and async through ``driv
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 
 import pytest
@@ -36,7 +37,7 @@ def test_a_blocking_caller_sleeps_until_its_turn_and_turns_go_in_arrival_order()
     assert all(turn.admitted for turn in turns)
     assert turns[0].wait == 0
     # Each turn one interval after the one before, by the server's clock, in calling order.
-    gaps = [later.at - earlier.at for earlier, later in zip(turns, turns[1:])]
+    gaps = [later.at - earlier.at for earlier, later in itertools.pairwise(turns)]
     assert gaps == pytest.approx([0.05] * 4, abs=1e-5)
     assert [t.wait for t in turns] == sorted(t.wait for t in turns)
     started = time.monotonic()
