@@ -20,3 +20,14 @@ def through_gate(gate: str, value: object) -> None:
             raise TimeoutError(f"nobody opened the gate {gate!r}")
     finally:
         client.close()
+
+
+def record_run(log: str, value: object) -> None:
+    """RPUSH ``"<value>:<the Redis server's time>"`` to the list ``log`` (on the Redis at
+    REDIS_URL): which runs happened, and when by one clock."""
+    client = redis.Redis.from_url(os.environ["REDIS_URL"])
+    try:
+        seconds, microseconds = client.time()
+        client.rpush(log, f"{value}:{seconds + microseconds / 1e6:.6f}")
+    finally:
+        client.close()

@@ -1,5 +1,6 @@
 """Django tasks of the demo project (django.tasks, or the django-tasks backport), enqueued once
-per key with @unique; absent when neither is installed (settings.TASKS_FRAMEWORK is None)."""
+per key with @unique, or rate-limited with @locked(rate=...); absent when neither is installed
+(settings.TASKS_FRAMEWORK is None)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ import importlib
 
 from django.conf import settings
 
-from django_redis_lock import unique
-from testproject.gates import through_gate
+from django_redis_lock import locked, unique
+from testproject.gates import record_run, through_gate
 
 if settings.TASKS_FRAMEWORK is None:
     raise ImportError("testproject.jobs needs django.tasks or the django-tasks backport")
@@ -44,3 +45,22 @@ def debounce_export(export_id: int, gate: str) -> str:
     """The last enqueue per export wins: an earlier one still queued does not run."""
     through_gate(gate, export_id)
     return f"export {export_id} debounced"
+
+
+@task
+@locked("paced-jobs", rate="2/s")
+def paced_job(n: int, log: str) -> int:
+    """At most two runs a second (with apaced_job); over the rate, enqueued again for its
+    turn. Logs ``<n>:<time>`` to the list ``log`` (none when ``log`` is empty)."""
+    if log:
+        record_run(log, n)
+    return n
+
+
+@task
+@locked("paced-jobs", rate="2/s")
+async def apaced_job(n: int, log: str) -> int:
+    """paced_job, async."""
+    if log:
+        record_run(log, n)  # a quick call to the test Redis: blocking the loop is harmless here
+    return n

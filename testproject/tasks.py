@@ -1,4 +1,5 @@
-"""Celery tasks of the demo project: locked with @locked, or enqueued once with @unique."""
+"""Celery tasks of the demo project: locked with @locked, rate-limited with @locked(rate=...),
+or enqueued once with @unique."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from celery import shared_task
 
 from django_redis_lock import locked, unique
 from testproject.celery import app
-from testproject.gates import through_gate
+from testproject.gates import record_run, through_gate
 
 
 @app.task
@@ -55,3 +56,23 @@ def debounce_report(report_id: int, gate: str) -> str:
     """The last enqueue per report wins: an earlier one still queued does not run."""
     through_gate(gate, report_id)
     return f"report {report_id} debounced"
+
+
+@app.task(bind=True, max_retries=0)
+@locked("paced-tasks", rate="2/s")
+def paced(self: Any, n: int, log: str) -> int:
+    """At most two runs a second; over the rate, sent again for its turn (not a retry:
+    max_retries=0 does not stop it). Logs ``<n>:<retries>:<time>`` to the list ``log``."""
+    record_run(log, f"{n}:{self.request.retries}")
+    return n
+
+
+@app.task(bind=True, max_retries=1)
+@locked("retried-tasks", rate="1/s")
+def retried(self: Any, n: int, log: str) -> str:
+    """One run a second; retries once of its own accord, however often its rate sent it
+    again. Logs ``<n>:<retries>:<time>`` to the list ``log``."""
+    record_run(log, f"{n}:{self.request.retries}")
+    if self.request.retries == 0:
+        raise self.retry(countdown=0)
+    return f"{n} done"

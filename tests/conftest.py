@@ -166,10 +166,11 @@ def driver(request: pytest.FixtureRequest) -> Iterator[SyncDriver]:
 
 @pytest.fixture(autouse=True)
 def _forget_declared_semaphores() -> Iterator[None]:
-    """@locked(limit=...) records each semaphore it decorates for the system checks (E013):
-    a test's own are forgotten after it, so that other tests' checks do not see them."""
-    from django_redis_lock.locked import SEMAPHORES
+    """@locked(limit=...) and @locked(rate=...) record each semaphore and rate limit they
+    decorate for the system checks (E013, E017): a test's own are forgotten after it, so that
+    other tests' checks do not see them."""
+    from django_redis_lock.locked import RATE_LIMITS, SEMAPHORES
 
-    declared = list(SEMAPHORES)
+    declared, rates = list(SEMAPHORES), list(RATE_LIMITS)
     yield
-    SEMAPHORES[:] = declared
+    SEMAPHORES[:], RATE_LIMITS[:] = declared, rates

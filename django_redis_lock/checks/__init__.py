@@ -50,6 +50,8 @@ CHECKS: dict[str, str] = {
     "is not a non-empty str, or METRICS_MAX_LABELS is not a whole number from 1.",
     "E016": "A @locked or @unique decorated before the settings were loaded names a cache alias "
     "that is not in CACHES (one decorated after is refused as it decorates).",
+    "E017": "@locked(rate=...) rate limits on REDIS_LOCK['CACHE'] when it is a quorum, which "
+    "cannot hold rate limits.",
     "W001": "REDIS_LOCK has a key this app does not know (a misspelling?).",
     "W002": "The lock cache's KEY_FUNCTION hides key text: held locks cannot be listed.",
     "W003": "The lock cache sets no socket timeout.",
@@ -95,7 +97,7 @@ def check_settings(**kwargs: Any) -> list[CheckMessage]:
         for key in sorted(set(configured) - set(DEFAULTS))
     ]
     errors += _check_values(options)
-    errors += _check_semaphores(options)
+    errors += _check_on_one_primary(options)
     errors += check_metrics(options)
     replication = _check_replication(options)
     # A backend cannot be built with unusable WAIT settings: their error says it all.
@@ -103,19 +105,32 @@ def check_settings(**kwargs: Any) -> list[CheckMessage]:
     return errors
 
 
-def _check_semaphores(options: dict[str, Any]) -> list[CheckMessage]:
-    """E013: a semaphore (@locked with a limit) on the default cache, which is a quorum."""
-    from django_redis_lock.locked import SEMAPHORES
+def _check_on_one_primary(options: dict[str, Any]) -> list[CheckMessage]:
+    """E013, E017: semaphores (@locked with a limit) or rate limits (@locked with a rate) on the
+    default cache, which is a quorum."""
+    from django_redis_lock.locked import RATE_LIMITS, SEMAPHORES
 
-    if not isinstance(options["CACHE"], (list, tuple)) or None not in SEMAPHORES:
+    if not isinstance(options["CACHE"], (list, tuple)):
         return []
+    found = (
+        (
+            "django_redis_lock.E013",
+            SEMAPHORES,
+            "limit=N",
+            "semaphore(s)",
+            "semaphores and read/write locks",
+        ),
+        ("django_redis_lock.E017", RATE_LIMITS, 'rate="10/s"', "rate limit(s)", "rate limits"),
+    )
     return [
         Error(
-            f"{SEMAPHORES.count(None)} @locked(limit=...) semaphore(s) use REDIS_LOCK['CACHE'], "
-            "a quorum: semaphores and read/write locks cannot be quorum locks.",
-            hint="Give them a cache alias of one primary: @locked(..., limit=N, using=<alias>).",
-            id="django_redis_lock.E013",
+            f"{declared.count(None)} @locked({option.partition('=')[0]}=...) {what} use "
+            f"REDIS_LOCK['CACHE'], a quorum: {kinds} cannot be quorum locks.",
+            hint=f"Give them a cache alias of one primary: @locked(..., {option}, using=<alias>).",
+            id=check,
         )
+        for check, declared, option, what, kinds in found
+        if None in declared
     ]
 
 

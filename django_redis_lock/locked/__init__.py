@@ -4,12 +4,14 @@ Views (function-based, class-based, sync and async) answer a busy lock with 423 
 Retry-After header, an unreachable Redis with 503, and arguments that make an invalid name with
 400; plain functions and tasks raise LockBusy, LockUnavailable and ValueError. The lock is
 released when the call returns or raises, and for a streaming response when the response is
-closed (or dropped unclosed).
+closed (or dropped unclosed). With ``rate=``, the name is a rate limit's instead of a lock's:
+:mod:`~django_redis_lock.locked.rated`.
 
 This module checks the options and decides, once per decorated callable, how it is called
 (sync or async, a function, a class-based view, a method handed over by ``method_decorator``).
 How a name is made: :mod:`~django_redis_lock.locked.naming`; how a call runs:
-:mod:`~django_redis_lock.locked.calls`; the HTTP answers:
+:mod:`~django_redis_lock.locked.calls` and :mod:`~django_redis_lock.locked.drivers`; the HTTP
+answers:
 :mod:`~django_redis_lock.locked.responses`; Django REST framework, Celery and
 ``method_decorator``: :mod:`~django_redis_lock.locked.integrations`.
 """
@@ -28,14 +30,20 @@ from django.http import HttpRequest
 from django.views import View
 
 from django_redis_lock.locked.aliases import refuse_unknown_aliases
-from django_redis_lock.locked.calls import AsyncDriver, Options, Spec, SyncDriver, make_driver, wrap
+from django_redis_lock.locked.calls import LockedCall, Options, Spec
+from django_redis_lock.locked.drivers import AsyncDriver, SyncDriver, make_driver, wrap
 from django_redis_lock.locked.integrations import bound_view_method
 from django_redis_lock.locked.naming import NameSpec, Naming, check_template
+from django_redis_lock.locked.rated import RatedCall
+from django_redis_lock.locked.resend import watch_django_tasks
 from django_redis_lock.validation import (
+    Using,
     validate_blocking_timeout,
+    validate_burst,
     validate_label,
     validate_limit,
     validate_optional_flag,
+    validate_rate,
     validate_timeout,
     validate_using,
 )
@@ -44,6 +52,8 @@ Decorated = TypeVar("Decorated")
 
 #: The ``using`` of every @locked(limit=...) decorated so far (None: REDIS_LOCK["CACHE"]).
 SEMAPHORES: list[str | None] = []
+#: The ``using`` of every @locked(rate=...) decorated so far (None: REDIS_LOCK["CACHE"]).
+RATE_LIMITS: list[str | None] = []
 
 # The arguments Django calls a view's dispatch with: what the class decorator's names read.
 _DISPATCH_SIGNATURE = inspect.signature(View.dispatch)
@@ -59,6 +69,8 @@ def locked(
     label: str | None = None,
     using: str | Sequence[str] | None = None,
     limit: int | None = None,
+    rate: str | None = None,
+    burst: int | None = None,
 ) -> Callable[[Decorated], Decorated]:
     """Run the decorated view, function or task only while holding the lock ``name``.
 
@@ -73,6 +85,12 @@ def locked(
     path or task id, the whole shortened to MAX_LABEL_LENGTH. With ``limit``, the name is a
     semaphore's: at most ``limit`` calls run at once (a view answers 423 when all are taken);
     ``limit=1`` is the lock ``name`` itself, so it excludes ``@locked(name)`` and ``lock(name)``.
+
+    With ``rate`` ("10/s", "100/m"; ``burst`` as for :func:`~django_redis_lock.rate_limit`),
+    the name is a rate limit's: a call runs when it is within the rate (or its turn comes
+    within ``blocking_timeout``); else a view answers 429 with Retry-After, a Celery or Django
+    task is sent again for then, a function raises RateLimited. Nothing is held, so
+    ``timeout``, ``auto_renew``, ``limit`` and ``label`` are refused with it (TypeError).
     """
     if isinstance(name, str):
         check_template(name)  # now, also where the arguments are known only per request
@@ -87,6 +105,12 @@ def locked(
     using = validate_using(using)
     refuse_unknown_aliases(using, "@locked")
     validate_optional_flag(auto_renew, "auto_renew")
+    if rate is not None:
+        _check_rate(
+            rate, burst, using, timeout=timeout, auto_renew=auto_renew, limit=limit, label=label
+        )
+    elif burst is not None:
+        raise TypeError('burst= goes with rate=: @locked(name, rate="10/s", burst=5).')
     if limit is not None and validate_limit(limit) == 1:
         limit = None  # one call at once reads as a lock, and is one (a semaphore is apart)
     if limit is not None:
@@ -96,7 +120,9 @@ def locked(
                 "cache alias (using=<alias>)."
             )
         SEMAPHORES.append(using)  # the system checks look at them (a quorum CACHE: E013)
-    options = Options(name, timeout, blocking_timeout, auto_renew, on_busy, label, using, limit)
+    options = Options(
+        name, timeout, blocking_timeout, auto_renew, on_busy, label, using, limit, rate, burst
+    )
     # method_decorator decorates on every call: what can be reused is kept here.
     drivers: dict[tuple[Any, type], SyncDriver | AsyncDriver] = {}
 
@@ -120,11 +146,32 @@ def locked(
     return decorate
 
 
+def _check_rate(rate: str, burst: int | None, using: Using, **refused: Any) -> None:
+    """Refuse what cannot go with ``rate``: the options of a hold, a quorum; record the
+    cache the rate limit uses for the system checks (a quorum CACHE: E017)."""
+    validate_rate(rate)
+    validate_burst(burst)
+    given = [name for name, value in refused.items() if value is not None]
+    if given:
+        raise TypeError(
+            f"@locked(rate=...) takes no {', '.join(given)}: a rate limit holds nothing while "
+            "the call runs, and shows no label."
+        )
+    if isinstance(using, tuple):
+        raise ImproperlyConfigured(
+            "@locked(rate=...) is a rate limit, which cannot be kept on a quorum: give it one "
+            "cache alias (using=<alias>)."
+        )
+    RATE_LIMITS.append(using)
+    watch_django_tasks()  # a Django task over its rate is enqueued again
+
+
 def _spec(options: Options, signature: inspect.Signature, owner: Any) -> Spec:
     """The Spec of a callable called with ``signature``; ``owner`` names it to operators."""
     dotted = f"{owner.__module__}.{owner.__qualname__}"
     naming = Naming(options.name, signature, dotted)
-    return Spec(options, naming, options.label or dotted, signature)
+    call = LockedCall if options.rate is None else RatedCall
+    return Spec(options, naming, options.label or dotted, signature, call)
 
 
 def _driver_for(

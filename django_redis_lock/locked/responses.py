@@ -1,8 +1,9 @@
 """The HTTP side of @locked: a view's answers when it cannot run, and streaming responses.
 
 A view whose call makes an invalid lock name answers 400, a busy lock 423 (the BUSY_STATUS
-setting) with Retry-After, an unreachable Redis 503; each with a short body, JSON for clients
-that ask for it. A streaming response holds its lock until it is closed.
+setting) with Retry-After, a call over its rate 429 with Retry-After, an unreachable Redis 503;
+each with a short body, JSON for clients that ask for it. A streaming response holds its
+lock until it is closed.
 """
 
 from __future__ import annotations
@@ -36,11 +37,28 @@ def busy(request: HttpRequest, status: int, ttl: float | None) -> HttpResponse:
     """``status`` (423 unless configured) with Retry-After: the whole seconds left of the
     holder's lease ``ttl`` (None when unknown), at least 1, and at most the longest lease this
     library grants (a key someone gave a longer expiry, crafted statistics)."""
-    seconds = ttl if ttl is not None and math.isfinite(ttl) else 0
-    retry_after = max(1, min(MAX_TIMEOUT, math.ceil(seconds)))
+    retry_after = _whole_seconds(ttl)
     detail = f"This resource is busy; retry in {retry_after} s."
-    response = answer(request, status, "locked", detail)
-    response["Retry-After"] = str(retry_after)
+    return _retry_after(answer(request, status, "locked", detail), retry_after)
+
+
+def rate_limited(request: HttpRequest, wait: float) -> HttpResponse:
+    """429 with Retry-After: the ``wait`` until a call would be admitted, in whole seconds
+    rounded up (a client retrying then is admitted), at least 1."""
+    retry_after = _whole_seconds(wait)
+    detail = f"Too many requests; retry in {retry_after} s."
+    return _retry_after(answer(request, 429, "rate_limited", detail), retry_after)
+
+
+def _whole_seconds(seconds: float | None) -> int:
+    """``seconds`` (None or not finite: unknown) rounded up to whole seconds, from 1 to the
+    longest lease this library grants."""
+    known = seconds if seconds is not None and math.isfinite(seconds) else 0
+    return max(1, min(MAX_TIMEOUT, math.ceil(known)))
+
+
+def _retry_after(response: HttpResponse, seconds: int) -> HttpResponse:
+    response["Retry-After"] = str(seconds)
     return response
 
 

@@ -1034,6 +1034,22 @@ def test_semaphores_and_read_write_locks_are_refused_on_a_quorum(quorum: list[re
     assert ids == ["django_redis_lock.E013"]
 
 
+def test_a_rate_limited_callable_is_refused_on_a_quorum(quorum: list[redis.Redis]) -> None:
+    from django_redis_lock import locked
+    from django_redis_lock.locked import RATE_LIMITS
+
+    with pytest.raises(ImproperlyConfigured, match="cannot be kept on a quorum"):
+        locked("x", rate="1/s", using=list(ALIASES))
+    RATE_LIMITS.clear()  # those of other tests of this process
+    ping = locked("x", rate="1/s")(lambda: "pong")  # on REDIS_LOCK["CACHE"]: the check says it
+    ids = [
+        m.id for m in run_checks(tags=["caches"]) if (m.id or "").startswith("django_redis_lock")
+    ]
+    assert ids == ["django_redis_lock.E017"]
+    with pytest.raises(ImproperlyConfigured):
+        ping()
+
+
 def test_a_leadership_leads_hands_over_and_is_deposed(
     quorum: list[redis.Redis], driver: SyncDriver
 ) -> None:

@@ -52,3 +52,11 @@ def run_due_jobs(epoch: int) -> None:
 
 async def handle_message(message: str, epoch: int) -> None:
     record("handle_message", (message, epoch > 0))
+
+
+def call_partner_api(order_id: int) -> None:
+    record("call_partner_api", order_id)
+
+
+def send_sms(number: str, message: str) -> None:
+    record("send_sms", number)
