@@ -50,7 +50,7 @@ VIEWS: dict[str, tuple[frozenset[str], dict[str, str]]] = {
     "leader": (frozenset({"elected", "resigned", "act", "expire"}), {}),
 }
 # The longest a window of a violation is shown, in characters.
-WINDOW_CHARS = 300
+WINDOW_CHARS = 240
 
 
 @dataclass(frozen=True)
@@ -62,6 +62,7 @@ class ModelVerdict:
     linearizable: bool
     line: str  # the checker's last line
     window: str = ""  # the failing window, shortened
+    anomaly: str = ""  # what the first failing key shows, in a line
     kept: Path | None = None  # the view, kept when not linearizable
 
 
@@ -104,11 +105,25 @@ class HistoryCheck:
             if verdict.linearizable:
                 parts.append(f"{verdict.model}: {verdict.operations} operations, linearizable")
             else:
-                parts.append(f"{verdict.model}: {verdict.line} [{verdict.window}]")
+                parts.append(
+                    f"{verdict.model}: {verdict.operations} operations, NOT linearizable: "
+                    f"{verdict.anomaly} [{verdict.window}]"
+                )
                 if verdict.kept is not None:
-                    parts[-1] += f" (kept: {verdict.kept})"
+                    parts[-1] += f" (kept: {verdict.kept} --model {verdict.model})"
         expected = f" (expected: {self.expected})" if self.expected != LINEARIZABLE else ""
         return "; ".join(parts) + expected
+
+
+def models_of(variant: str) -> tuple[str, ...]:
+    """The models a lock scenario's variant is checked against (faults/store.py's variants)."""
+    from faults.store import RWLOCK, SEMAPHORE, SEMAPHORE_LIMIT
+
+    if variant == SEMAPHORE:
+        return (f"semaphore:{SEMAPHORE_LIMIT}",)
+    if variant == RWLOCK:
+        return ("rwlock", "fenced-register")
+    return ("mutex", "fenced-register")
 
 
 def view(found: Iterable[dict[str, Any]], model: str) -> Iterator[dict[str, Any]]:
@@ -203,7 +218,11 @@ def _verdict(verdict: Any, model: str, path: Path, name: str) -> ModelVerdict:
     kept = KEPT / name / path.name
     kept.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(path, kept)
-    window = " ".join(str(failure) for failure in verdict.failures[:1])
+    window = " | ".join(" ".join(line.split()) for line in verdict.failures[0].lines()[1:])
     if len(window) > WINDOW_CHARS:
         window = window[: WINDOW_CHARS - 3] + "..."
-    return ModelVerdict(model, verdict.operations, False, verdict.last_line(), window, kept)
+    anomaly = verdict.failures[0].why
+    line = verdict.last_line()
+    return ModelVerdict(
+        model, verdict.operations, False, line, window=window, kept=kept, anomaly=anomaly
+    )

@@ -12,6 +12,8 @@ from pathlib import Path
 
 from faults import leader_check, unique, unique_app
 from faults.check import COLUMNS, PARTITION_COLUMNS, Result, partition_row, partitioned, row
+from faults.histories import HistoryCheck
+from faults.history_report import history_section
 from faults.leader import GRACE, HANDOVER_BOUND, HANDOVER_LEASE, NAME, SUPERVISORS
 from faults.scenarios import BLOCKING_TIMEOUT, LEASE, SOCKET_TIMEOUT, WORK, WORKERS
 from faults.topologies import PARTITION_DOWN_AFTER_MS, PARTITION_SENTINELS, SENTINEL_TIMEOUT
@@ -305,16 +307,19 @@ def write(
     skipped: dict[str, str],
     leaders: list[leader_check.LeaderResult] | None = None,
     uniques: list[UniqueResult] | None = None,
+    histories: dict[str, HistoryCheck] | None = None,
 ) -> Path:
     """Write docs/faults.rst from ``results`` and ``leaders``; its path. A part with no results
     (the lock scenarios' or the leadership scenarios', after LEADERSHIP_MARK) is kept as the
-    file has it: a run of the leadership scenarios alone rewrites only their section."""
+    file has it: a run of the leadership scenarios alone rewrites only their section.
+    ``histories``: the histories' verdicts by scenario, published in each part."""
+    histories = histories or {}
     existing = PATH.read_text() if PATH.exists() else ""
     existing, _, kept_uniques = existing.partition(UNIQUE_MARK)
     kept_main, _, kept_leaders = existing.partition(LEADERSHIP_MARK)
-    main = _main_part(results, short, freeze, cut, skipped) if results else kept_main
+    main = _main_part(results, short, freeze, cut, skipped, histories) if results else kept_main
     if leaders:
-        led = LEADERSHIP_MARK + _leadership(leaders, short)
+        led = LEADERSHIP_MARK + _leadership(leaders, short, histories)
     else:
         led = LEADERSHIP_MARK + kept_leaders if kept_leaders else ""
     text = main.rstrip("\n") + "\n\n" + led if led else main
@@ -335,7 +340,12 @@ def _machine() -> str:
 
 
 def _main_part(
-    results: list[Result], short: bool, freeze: float, cut: float, skipped: dict[str, str]
+    results: list[Result],
+    short: bool,
+    freeze: float,
+    cut: float,
+    skipped: dict[str, str],
+    histories: dict[str, HistoryCheck],
 ) -> str:
     run = (
         "short run (CI's scenarios, one fault each)"
@@ -353,6 +363,9 @@ def _main_part(
         _table(results),
         "",
         _partition_table(results),
+        history_section(
+            [(r.outcome.scenario, r.outcome.faults) for r in results], histories, short
+        ),
         _scenarios(results),
         EXPLAINED,
         PARTITIONS,
@@ -416,11 +429,16 @@ lease after a SIGKILL and a 30 s one at a hand-over: ``python3 dev.py bench lead
 """
 
 
-def _leadership(leaders: list[leader_check.LeaderResult], short: bool) -> str:
+def _leadership(
+    leaders: list[leader_check.LeaderResult], short: bool, histories: dict[str, HistoryCheck]
+) -> str:
     header, cells = list(leader_check.COLUMNS), [leader_check.row(r) for r in leaders]
     run = "short run (one fault each)" if short else "long run (three faults each)"
     lines = [LEADERSHIP, f"This run: {_now()}, {run}; {_machine()}.", ""]
     lines += [_list_table(header, cells), ""]
+    played = [(r.outcome.scenario, r.outcome.faults) for r in leaders]
+    if any(scenario.name in histories for scenario, _ in played):
+        lines += [history_section(played, histories, short, title="Leadership histories"), ""]
     for result in leaders:
         scenario = result.outcome.scenario
         seen = "as promised" if result.passed else "VIOLATED: " + "; ".join(result.violations)

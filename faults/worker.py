@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from faults.recorder import History  # noqa: E402
+from faults.recorder import History
 
 if TYPE_CHECKING:
     from django_redis_lock import Lock
