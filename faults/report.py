@@ -42,7 +42,8 @@ SIGSTOP or SIGKILL and restart of redis-server, ``SENTINEL FAILOVER`` or SIGKILL
 SIGKILL of a cluster primary, the lock's or another, restarted once a replica took over and the
 workers recovered, SIGKILL or SIGSTOP of primaries of a quorum) and every wait is bounded. The
 cache has a {SOCKET_TIMEOUT:g} s socket timeout unless the scenario says otherwise; the single
-server keeps an append-only file synced at every write, so a restart keeps its locks. The
+server keeps an append-only file synced at every write, so a restart keeps its locks (but in
+``redis-restart-empty``, the unsafe setting the documentation warns of: nothing on disk). The
 cluster (three primaries with a replica each, node timeout 1 s) is reached through
 django-valkey's ``ClusterValkeyCache``. The quorum is five independent redis-servers that keep
 nothing on disk, one django-redis cache alias each, which ``REDIS_LOCK["CACHE"]`` lists; a
@@ -52,7 +53,10 @@ The partition scenarios cut a Sentinel deployment in two with TCP proxies of the
 *semaphore* scenarios' workers take one of the two places of ``semaphore("faults:counter", 2)``
 instead of the lock and write unfenced (two holders write side by side): there *overlaps* counts
 the sections that began while two others were in progress (past the limit), and *recovery s* the
-time from the fault until both places were in use again.
+time from the fault until both places were in use again. The *rwlock* scenarios' workers take
+``rwlock("faults:counter")``, as a reader (they read the counter) or as the writer (they read it
+and write the value read plus one, fenced), one pass in two of each on average. Every worker
+also records its operations for the linearizability checker: see `Histories`_.
 
 Columns: *sections* accepted writes; *refused* writes the fence refused; *overlaps* pairs of
 sections intersecting in time, as the store saw them; *late acc.* writes accepted after another
@@ -178,6 +182,17 @@ while Redis is stopped or down. A first fault run saw such holds stay until thei
 came back the next worker held the lock: the watchdog finishes the release as soon as Redis
 answers (after a freeze, the release that waited in Redis's socket also runs on resume), well
 within a second, not at the end of the lease.
+
+A restart without persistence
+-----------------------------
+
+``redis-restart-empty`` plays what the documentation warns of (:doc:`production`,
+:doc:`topologies`): a Redis that keeps nothing on disk, killed and started again while a worker
+holds the lock. The holder is stopped (SIGSTOP) while it holds, so that its section outlasts
+the restart as a longer one would; the empty Redis grants the lock to another worker at once,
+well within the first one's lease; the holder resumes, writes (the fence accepts or refuses it
+by its token) and finds its hold gone. The sections overlap, and the mutex history is not
+linearizable: a second holder granted while the first one's lease could not have run out.
 
 A killed cluster primary
 ------------------------
