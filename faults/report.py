@@ -363,7 +363,7 @@ def _main_part(
     histories: dict[str, HistoryCheck],
 ) -> str:
     run = (
-        "short run (CI's scenarios, one fault each)"
+        "short run (one fault each: CI's scenarios and any named)"
         if short
         else "long run (three faults each, one partition each)"
     )
