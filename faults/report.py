@@ -12,6 +12,8 @@ from pathlib import Path
 
 from faults import leader_check, unique, unique_app
 from faults.check import COLUMNS, PARTITION_COLUMNS, Result, partition_row, partitioned, row
+from faults.histories import HistoryCheck
+from faults.history_report import history_section
 from faults.leader import GRACE, HANDOVER_BOUND, HANDOVER_LEASE, NAME, SUPERVISORS
 from faults.scenarios import BLOCKING_TIMEOUT, LEASE, SOCKET_TIMEOUT, WORK, WORKERS
 from faults.topologies import PARTITION_DOWN_AFTER_MS, PARTITION_SENTINELS, SENTINEL_TIMEOUT
@@ -40,7 +42,8 @@ SIGSTOP or SIGKILL and restart of redis-server, ``SENTINEL FAILOVER`` or SIGKILL
 SIGKILL of a cluster primary, the lock's or another, restarted once a replica took over and the
 workers recovered, SIGKILL or SIGSTOP of primaries of a quorum) and every wait is bounded. The
 cache has a {SOCKET_TIMEOUT:g} s socket timeout unless the scenario says otherwise; the single
-server keeps an append-only file synced at every write, so a restart keeps its locks. The
+server keeps an append-only file synced at every write, so a restart keeps its locks (but in
+``redis-restart-empty``, the unsafe setting the documentation warns of: nothing on disk). The
 cluster (three primaries with a replica each, node timeout 1 s) is reached through
 django-valkey's ``ClusterValkeyCache``. The quorum is five independent redis-servers that keep
 nothing on disk, one django-redis cache alias each, which ``REDIS_LOCK["CACHE"]`` lists; a
@@ -50,7 +53,10 @@ The partition scenarios cut a Sentinel deployment in two with TCP proxies of the
 *semaphore* scenarios' workers take one of the two places of ``semaphore("faults:counter", 2)``
 instead of the lock and write unfenced (two holders write side by side): there *overlaps* counts
 the sections that began while two others were in progress (past the limit), and *recovery s* the
-time from the fault until both places were in use again.
+time from the fault until both places were in use again. The *rwlock* scenarios' workers take
+``rwlock("faults:counter")``, as a reader (they read the counter) or as the writer (they read it
+and write the value read plus one, fenced), one pass in two of each on average. Every worker
+also records its operations for the linearizability checker: see `Histories`_.
 
 Columns: *sections* accepted writes; *refused* writes the fence refused; *overlaps* pairs of
 sections intersecting in time, as the store saw them; *late acc.* writes accepted after another
@@ -176,6 +182,17 @@ while Redis is stopped or down. A first fault run saw such holds stay until thei
 came back the next worker held the lock: the watchdog finishes the release as soon as Redis
 answers (after a freeze, the release that waited in Redis's socket also runs on resume), well
 within a second, not at the end of the lease.
+
+A restart without persistence
+-----------------------------
+
+``redis-restart-empty`` plays what the documentation warns of (:doc:`production`,
+:doc:`topologies`): a Redis that keeps nothing on disk, killed and started again while a worker
+holds the lock. The holder is stopped (SIGSTOP) while it holds, so that its section outlasts
+the restart as a longer one would; the empty Redis grants the lock to another worker at once,
+well within the first one's lease; the holder resumes, writes (the fence accepts or refuses it
+by its token) and finds its hold gone. The sections overlap, and the mutex history is not
+linearizable: a second holder granted while the first one's lease could not have run out.
 
 A killed cluster primary
 ------------------------
@@ -305,16 +322,19 @@ def write(
     skipped: dict[str, str],
     leaders: list[leader_check.LeaderResult] | None = None,
     uniques: list[UniqueResult] | None = None,
+    histories: dict[str, HistoryCheck] | None = None,
 ) -> Path:
     """Write docs/faults.rst from ``results`` and ``leaders``; its path. A part with no results
     (the lock scenarios' or the leadership scenarios', after LEADERSHIP_MARK) is kept as the
-    file has it: a run of the leadership scenarios alone rewrites only their section."""
+    file has it: a run of the leadership scenarios alone rewrites only their section.
+    ``histories``: the histories' verdicts by scenario, published in each part."""
+    histories = histories or {}
     existing = PATH.read_text() if PATH.exists() else ""
     existing, _, kept_uniques = existing.partition(UNIQUE_MARK)
     kept_main, _, kept_leaders = existing.partition(LEADERSHIP_MARK)
-    main = _main_part(results, short, freeze, cut, skipped) if results else kept_main
+    main = _main_part(results, short, freeze, cut, skipped, histories) if results else kept_main
     if leaders:
-        led = LEADERSHIP_MARK + _leadership(leaders, short)
+        led = LEADERSHIP_MARK + _leadership(leaders, short, histories)
     else:
         led = LEADERSHIP_MARK + kept_leaders if kept_leaders else ""
     text = main.rstrip("\n") + "\n\n" + led if led else main
@@ -335,10 +355,15 @@ def _machine() -> str:
 
 
 def _main_part(
-    results: list[Result], short: bool, freeze: float, cut: float, skipped: dict[str, str]
+    results: list[Result],
+    short: bool,
+    freeze: float,
+    cut: float,
+    skipped: dict[str, str],
+    histories: dict[str, HistoryCheck],
 ) -> str:
     run = (
-        "short run (CI's scenarios, one fault each)"
+        "short run (one fault each: CI's scenarios and any named)"
         if short
         else "long run (three faults each, one partition each)"
     )
@@ -353,6 +378,9 @@ def _main_part(
         _table(results),
         "",
         _partition_table(results),
+        history_section(
+            [(r.outcome.scenario, r.outcome.faults) for r in results], histories, short
+        ),
         _scenarios(results),
         EXPLAINED,
         PARTITIONS,
@@ -416,11 +444,16 @@ lease after a SIGKILL and a 30 s one at a hand-over: ``python3 dev.py bench lead
 """
 
 
-def _leadership(leaders: list[leader_check.LeaderResult], short: bool) -> str:
+def _leadership(
+    leaders: list[leader_check.LeaderResult], short: bool, histories: dict[str, HistoryCheck]
+) -> str:
     header, cells = list(leader_check.COLUMNS), [leader_check.row(r) for r in leaders]
     run = "short run (one fault each)" if short else "long run (three faults each)"
     lines = [LEADERSHIP, f"This run: {_now()}, {run}; {_machine()}.", ""]
     lines += [_list_table(header, cells), ""]
+    played = [(r.outcome.scenario, r.outcome.faults) for r in leaders]
+    if any(scenario.name in histories for scenario, _ in played):
+        lines += [history_section(played, histories, short, title="Leadership histories"), ""]
     for result in leaders:
         scenario = result.outcome.scenario
         seen = "as promised" if result.passed else "VIOLATED: " + "; ".join(result.violations)

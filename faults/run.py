@@ -28,6 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 from faults import leader_check  # noqa: E402
 from faults.check import Result, check, table, text_table  # noqa: E402
+from faults.histories import LINEARIZABLE, HistoryCheck, check_scenario, models_of  # noqa: E402
 from faults.leader import LEADER_SCENARIOS, LeaderRun, LeaderScenario  # noqa: E402
 from faults.scenarios import LONG_CUT, SCENARIOS, SHORT_CUT, Run, Scenario, scratch  # noqa: E402
 from faults.unique import COLUMNS as UNIQUE_COLUMNS  # noqa: E402
@@ -39,6 +40,7 @@ from faults.unique import (  # noqa: E402
 )
 from faults.unique import check as unique_check  # noqa: E402
 from faults.unique import row as unique_row  # noqa: E402
+from faults.worker import HISTORY  # noqa: E402
 
 # What each topology needs beyond the standard library and Django.
 CLUSTER_NEEDS = ("testproject.cluster", "django_valkey")
@@ -61,6 +63,24 @@ def missing(topology: str) -> str | None:
         except ImportError as exc:
             return f"{module} is not available ({exc})"
     return None
+
+
+def history(
+    scenario: Scenario | LeaderScenario | UniqueScenario, directory: Path
+) -> HistoryCheck | None:
+    """The check of the histories a scenario's processes left in ``directory / HISTORY``, or
+    None for a scenario that records none. A lock scenario's models follow from its variant; a
+    leadership scenario names its own (``history_models``, and ``history``: what it expects,
+    as a lock scenario's) and records under the same directory."""
+    if isinstance(scenario, Scenario):
+        models, expected = models_of(scenario.variant), scenario.history
+    else:
+        models = tuple(getattr(scenario, "history_models", ()))
+        expected = getattr(scenario, "history", LINEARIZABLE)
+    if not models:
+        return None
+    lease = float(getattr(scenario, "lease", 0.0))
+    return check_scenario(directory / HISTORY, scenario.name, models, lease, expected)
 
 
 def main() -> int:
@@ -95,6 +115,7 @@ def main() -> int:
     results: list[Result] = []
     leaders: list[leader_check.LeaderResult] = []  # the leadership scenarios' own figures
     uniques: list[UniqueResult] = []  # the unique-task scenarios' own figures
+    histories: dict[str, HistoryCheck] = {}  # by scenario: the histories' verdicts
     for scenario in chosen:
         print(f"faults: {scenario.name} ...", file=sys.stderr, flush=True)
         with scratch() as directory:
@@ -110,8 +131,14 @@ def main() -> int:
                 outcome = Run(scenario, directory, repeats, freeze, cut).play()
                 results.append(check(outcome, demand_shows=not options.short))
                 seconds, violations = outcome.seconds, results[-1].violations
+            checked = history(scenario, directory)
+        if checked is not None:
+            histories[scenario.name] = checked
+            violations = [*violations, *checked.violations]
         verdict = "FAIL: " + "; ".join(violations) if violations else "ok"
         print(f"faults: {scenario.name}: {seconds:.1f} s, {verdict}", file=sys.stderr)
+        if checked is not None:
+            print(f"faults: {scenario.name}: history: {checked.summary()}", file=sys.stderr)
     if results:
         print(table(results))
     if leaders:
@@ -124,6 +151,8 @@ def main() -> int:
         end="",
     )
     print(f" ({'short' if options.short else 'long'} run)")
+    for name, checked in histories.items():
+        print(f"{name}: {checked.summary()}")
     for name, why in skipped.items():
         print(f"{name} scenarios not run: {why}")
     if options.write:
@@ -137,11 +166,13 @@ def main() -> int:
             skipped=skipped,
             leaders=leaders,
             uniques=uniques,
+            histories=histories,
         )
         print(f"wrote {path.relative_to(ROOT)}")
     failed = [(r.outcome.scenario.name, r.violations) for r in results if not r.passed]
     failed += [(r.outcome.scenario.name, r.violations) for r in leaders if not r.passed]
     failed += [(r.outcome.scenario.name, r.violations) for r in uniques if not r.passed]
+    failed += [(name, c.violations) for name, c in histories.items() if c.violations]
     for name, violations in failed:
         print(f"FAIL {name}: {'; '.join(violations)}")
     return 1 if failed else 0

@@ -23,7 +23,17 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from faults.store import FENCED, READ_WRITE, SEMAPHORE, SEMAPHORE_LIMIT, Fault, Store, create
+from faults.histories import LINEARIZABLE, MAY_VIOLATE, VIOLATES
+from faults.store import (
+    FENCED,
+    READ_WRITE,
+    RWLOCK,
+    SEMAPHORE,
+    SEMAPHORE_LIMIT,
+    Fault,
+    Store,
+    create,
+)
 from faults.topologies import (
     TOPOLOGIES,
     Cluster,
@@ -34,6 +44,7 @@ from faults.topologies import (
     Topology,
     pubsub_clients,
 )
+from faults.worker import HISTORY
 from testproject.redis_server import die_with_parent
 
 if TYPE_CHECKING:
@@ -75,6 +86,9 @@ RESTART_MARGIN = 0.5
 # while the holder is stopped: had the killed one come back before the lease ended, they
 # would make a majority without it.
 STOPPED_HOLDER_LEASE = 3.0
+# The lease of redis-restart-empty: its holder, stopped while Redis restarts empty, must still
+# be within it when another worker is granted the lock (a restart and a retry, well under 1 s).
+EMPTY_RESTART_LEASE = 3.0
 # The quorum's socket timeout: a frozen primary costs a call this long, then each process
 # skips it for a second (while the others make a majority).
 QUORUM_SOCKET_TIMEOUT = 0.5
@@ -123,6 +137,10 @@ class Scenario:
     # promotion of a new primary until the heal). A long run fails a scenario that did not
     # show them; a short run only says so.
     shows: frozenset[str] = frozenset()
+    # What the workers' histories must be (faults/histories.py): LINEARIZABLE (promised),
+    # MAY_VIOLATE (a setting the documentation says is unsafe), VIOLATES (an unsafe setting
+    # the scenario provokes: the checker must catch it).
+    history: str = LINEARIZABLE
 
 
 @dataclass
@@ -177,6 +195,7 @@ PARTITION_SCENARIOS = [
             "writes of both holders are accepted",
             allows=frozenset({"overlaps"}),
             shows=frozenset({"overlaps", "deposed-grants"}),
+            history=VIOLATES,
         )
         for mode in ("reset", "hold")
     ),
@@ -190,6 +209,7 @@ PARTITION_SCENARIOS = [
         variant=READ_WRITE,
         allows=frozenset({"overlaps", "lost-updates"}),
         shows=frozenset({"overlaps", "lost-updates"}),
+        history=VIOLATES,
     ),
     *(
         partition(
@@ -214,6 +234,7 @@ PARTITION_SCENARIOS = [
             "replicas that can stay with the old primary)",
             allows=frozenset({"overlaps"}),
             shows=frozenset({"overlaps", "deposed-grants"}),
+            history=VIOLATES,
         )
         for mode in ("reset", "hold")
     ),
@@ -242,6 +263,7 @@ PARTITION_SCENARIOS = [
             "grants the lock: two holders for a moment",
             allows=frozenset({"overlaps"}),
             shows=frozenset({"deposed-grants", "lockout"}),
+            history=MAY_VIOLATE,
         )
         for mode in ("reset", "hold")
     ),
@@ -267,6 +289,15 @@ SCENARIOS = [
         "than its limit hold it at once",
         max_recovery=LEASE + 0.5,
         variant=SEMAPHORE,
+    ),
+    Scenario(
+        "rwlock-holder-kill",
+        "single",
+        "holder-kill",
+        "a read/write lock's crashed holder (a reader or the writer) gives its place back at "
+        "the end of its lease; a writer never holds with anyone else",
+        max_recovery=LEASE + 0.5,
+        variant=RWLOCK,
     ),
     Scenario(
         "holder-stop",
@@ -313,12 +344,25 @@ SCENARIOS = [
         max_recovery=1.5,
     ),
     Scenario(
+        "redis-restart-empty",
+        "single-volatile",
+        "redis-restart-empty",
+        "a restart without persistence forgets every grant (docs: production, topologies): "
+        "while a holder is still within its lease the restarted, empty Redis grants the lock "
+        "to another worker: two holders, which only fencing can tell apart",
+        allows=frozenset({"overlaps"}),
+        max_recovery=1.5,
+        lease=EMPTY_RESTART_LEASE,
+        history=VIOLATES,
+    ),
+    Scenario(
         "sentinel-failover",
         "sentinel",
         "failover",
         "without WAIT_REPLICAS the old primary may grant a lock the new one grants again: "
         "two holders are possible; fencing refuses the older one's late write",
         allows=frozenset({"overlaps"}),
+        history=MAY_VIOLATE,
     ),
     Scenario(
         "sentinel-failover-wait-1",
@@ -334,6 +378,7 @@ SCENARIOS = [
         "without WAIT_REPLICAS a grant the replicas never saw is lost with the primary: two "
         "holders are possible; fencing refuses the older one's late write",
         allows=frozenset({"overlaps"}),
+        history=MAY_VIOLATE,
     ),
     Scenario(
         "sentinel-kill-primary-wait-1",
@@ -352,6 +397,7 @@ SCENARIOS = [
         allows=frozenset({"overlaps"}),
         max_recovery=CLUSTER_RECOVERY,
         max_pause=CLUSTER_PAUSE,
+        history=MAY_VIOLATE,
     ),
     Scenario(
         "cluster-other-primary-kill",
@@ -538,6 +584,7 @@ class Run:
             "holder-stop": self._stop_holder,
             "redis-freeze": self._freeze_redis,
             "redis-restart": self._restart_redis,
+            "redis-restart-empty": self._restart_redis_empty,
             "failover": self._fail_over,
             "primary-kill": self._fail_over,
             "lock-primary-kill": self._kill_cluster_primary,
@@ -586,6 +633,46 @@ class Run:
         time.sleep(1.0)  # the fault itself: down for a second
         server.start()
         return start, "redis-server killed (SIGKILL), restarted after 1 s", None
+
+    def _restart_redis_empty(self) -> tuple[float, str, int | None]:
+        """Stop a holder (SIGSTOP) while it holds; SIGKILL Redis, start it again at once with
+        nothing on disk; resume the holder once another worker was granted the lock."""
+        victim, ttl = self._stopped_holder()
+        server = self.topology.primary()
+        start = time.monotonic()
+        try:
+            server.kill()
+            server.start()
+
+            def granted_again() -> bool:
+                return any(pid != victim for pid, _ in self.held_by_workers())
+
+            with contextlib.suppress(RuntimeError):  # the histories say what was granted
+                wait_for(granted_again, HOLDER_TIMEOUT, "a grant by the empty Redis")
+        finally:
+            os.kill(victim, signal.SIGCONT)
+        detail = (
+            f"pid {victim} stopped (SIGSTOP) while holding, {ttl:.2f} s of its lease left; "
+            "redis-server killed (SIGKILL) and started again at once, empty; the holder "
+            f"resumed {time.monotonic() - start:.2f} s later, once another worker held the lock"
+        )
+        return start, detail, None
+
+    def _stopped_holder(self) -> tuple[int, float]:
+        """SIGSTOP a worker that holds the lock, as its own history says (an acquire answered,
+        not yet released): its pid and the lease it had left (bounded: another one is tried
+        if that one was releasing)."""
+        from faults.histories import holds_now
+
+        deadline = time.monotonic() + HOLDER_TIMEOUT
+        while True:
+            victim, ttl = self.holder()
+            os.kill(victim, signal.SIGSTOP)
+            if holds_now(self.directory / HISTORY, victim):
+                return victim, ttl
+            os.kill(victim, signal.SIGCONT)
+            if time.monotonic() >= deadline:
+                raise RuntimeError(f"no holder stopped while holding in {HOLDER_TIMEOUT:g} s")
 
     def _fail_over(self) -> tuple[float, str, int | None]:
         topology = self.topology

@@ -34,6 +34,9 @@ READ_WRITE = "read-write"
 # unfenced (the holders write side by side): the checker counts holders past the limit.
 SEMAPHORE = "semaphore"
 SEMAPHORE_LIMIT = 2
+# The workers take ``rwlock(NAME)``, as a reader (they read the counter) or as the writer (they
+# read it and write the value read plus one, fenced: exclusive, nothing is lost).
+RWLOCK = "rwlock"
 VARIANTS = (FENCED, READ_WRITE)
 COUNTER = "faults"
 # Workers wait for each other's short transactions; a paused worker may hold one a while.

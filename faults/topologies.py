@@ -64,9 +64,11 @@ class SingleServer:
 
     name = "single"
 
-    def __init__(self) -> None:
-        persistence = ("--appendonly", "yes", "--appendfsync", "always")
+    def __init__(self, persistent: bool = True) -> None:
+        persistence = ("--appendonly", "yes", "--appendfsync", "always") if persistent else ()
         self.server = RedisServer(binary=find_redis_server(), extra_args=persistence)
+        if not persistent:  # the unsafe setting the documentation warns of: nothing on disk
+            self.name = "single-volatile"
 
     def start(self) -> None:
         self.server.start()
@@ -684,6 +686,7 @@ def _pairs(reply: list[Any]) -> dict[str, str]:
 
 TOPOLOGIES: dict[str, Callable[[], Topology]] = {
     "single": SingleServer,
+    "single-volatile": partial(SingleServer, persistent=False),
     "sentinel": Sentinel,
     "cluster": Cluster,
     "cluster-partial-coverage": partial(Cluster, full_coverage=False),
