@@ -9,7 +9,8 @@ supervisor: SIGKILL (its child is orphaned and goes on writing with its old epoc
 (the hand-over: the child is stopped, then the supervisor resigns), or SIGSTOP of its whole
 group (supervisor and child) until a follower led and wrote, then SIGCONT (the child writes
 late with its old epoch before its supervisor learns the loss and stops it). Every wait is
-bounded. The checker (faults/leader_check.py) reads the store.
+bounded. The children also write a history (faults/leader_history.py), merged at the end. The
+checker (faults/leader_check.py) reads the store and checks the history.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from faults.leader_history import KEY, environment
+from faults.recorder import merge
 from faults.scenarios import (
     LEASE,
     LONG_CUT,
@@ -47,7 +50,9 @@ from testproject.redis_server import die_with_parent
 
 ROOT = Path(__file__).resolve().parent.parent
 CHILD = ROOT / "faults" / "leader_child.py"
-NAME = "faults:leader"
+NAME = KEY
+# The merged history of a scenario, in its directory.
+HISTORY = "leader.history.jsonl"
 SUPERVISORS = 3
 # SIGTERM to SIGKILL, for a child: the suite's child stops at once on SIGTERM.
 GRACE = 2.0
@@ -168,6 +173,8 @@ class LeaderOutcome:
     seconds: float = 0.0
     # The epoch that led when each fault struck, in the faults' order.
     struck: list[int] = field(default_factory=list)
+    # The children's histories merged, ordered by time (faults/leader_history.py).
+    history: Path | None = None
 
 
 class LeaderRun:
@@ -183,6 +190,9 @@ class LeaderRun:
         self.topology: Topology = TOPOLOGIES[scenario.topology]()
         self.store_path = directory / "store.sqlite3"
         self.stop_file = directory / "stop"
+        # The children's histories, one file each (faults/leader_history.py), merged at the end.
+        self.history = directory / "history"
+        self.history.mkdir(exist_ok=True)
         self.supervisors: dict[int, subprocess.Popen[bytes]] = {}
         self.faults: list[Fault] = []
         self.struck: list[int] = []
@@ -207,7 +217,7 @@ class LeaderRun:
             self.supervisors[index] = subprocess.Popen(
                 [*command, str(self.stop_file)],
                 cwd=ROOT,
-                env=self.envs[index],
+                env={**self.envs[index], **environment(self.history, s.lease)},
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -476,6 +486,8 @@ class LeaderRun:
             self.topology.stop()
         outcome = LeaderOutcome(s, self.store_path, self.faults, hung, time.monotonic() - started)
         outcome.struck = self.struck
+        outcome.history = self.directory / HISTORY
+        merge(self.history, outcome.history)
         store.close()
         return outcome
 

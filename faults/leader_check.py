@@ -11,6 +11,8 @@ start until a child with a higher one starts, so two such children are two of on
 child started after one with a higher epoch), the seconds in which two children ran at once
 (a current one and a deposed one: allowed after a kill or a stop, never at a hand-over), and
 the time from each fault to the start of the next leader's child against the scenario's bound.
+And the children's history (faults/leader_history.py), checked for linearizability against the
+``leader`` model (faults/history/): not linearizable, or empty, is a violation.
 """
 
 from __future__ import annotations
@@ -18,8 +20,10 @@ from __future__ import annotations
 import itertools
 import statistics
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from faults.check import two_holders
+from faults.history import Malformed, check_file
 from faults.leader import LeaderOutcome
 from faults.store import Event, Section, Store
 
@@ -50,6 +54,8 @@ class LeaderResult:
     two_children: float = 0.0
     takeovers: list[float | None] = field(default_factory=list)
     hangs: int = 0
+    # The history's verdict, as ``check-history`` ends: "linearizable: N operations", or why not.
+    history: str = ""
     violations: list[str] = field(default_factory=list)
 
     @property
@@ -108,7 +114,25 @@ def check(outcome: LeaderOutcome, *, demand_bounds: bool = True) -> LeaderResult
         )
     result.hangs = len(outcome.hung_at_stop)
     result.violations = _violations(result, demand_bounds)
+    if outcome.history is not None:
+        result.history, wrong = history_verdict(outcome.history)
+        result.violations += wrong
     return result
+
+
+def history_verdict(path: Path) -> tuple[str, list[str]]:
+    """The verdict of the history at ``path`` under the leader model, and the violations it
+    makes: none, or one (not linearizable, malformed, or no operation at all)."""
+    try:
+        verdict = check_file(path, "leader")
+    except Malformed as exc:
+        return f"malformed: {exc}", [f"history malformed: {exc}"]
+    line = verdict.last_line()
+    if not verdict.linearizable:
+        return line, [f"history {line}"]
+    if not verdict.operations:
+        return line, ["history: no operation recorded"]
+    return line, []
 
 
 def _violations(result: LeaderResult, demand_bounds: bool) -> list[str]:
@@ -149,6 +173,7 @@ COLUMNS = (
     "takeover max s",
     "bound s",
     "hangs",
+    "history",
     "verdict",
 )
 
@@ -177,5 +202,13 @@ def row(result: LeaderResult) -> list[str]:
         longest + (" OVER" if over else ""),
         "-" if scenario.bound is None else f"{scenario.bound:.2f}",
         str(result.hangs),
+        history_cell(result.history),
         "ok" if result.passed else "FAIL",
     ]
+
+
+def history_cell(verdict: str) -> str:
+    """A verdict, short enough for a table's cell: "linearizable (N ops)", or its first words."""
+    if verdict.startswith("linearizable: "):
+        return f"linearizable ({verdict.split()[1]} ops)"
+    return verdict.split(",")[0] or "-"
