@@ -334,7 +334,7 @@ def write(
     kept_main, _, kept_leaders = existing.partition(LEADERSHIP_MARK)
     main = _main_part(results, short, freeze, cut, skipped, histories) if results else kept_main
     if leaders:
-        led = LEADERSHIP_MARK + _leadership(leaders, short, histories)
+        led = LEADERSHIP_MARK + _leadership(leaders, short)
     else:
         led = LEADERSHIP_MARK + kept_leaders if kept_leaders else ""
     text = main.rstrip("\n") + "\n\n" + led if led else main
@@ -438,22 +438,19 @@ one epoch, or a child started after one with a higher epoch); *two children s* t
 children ran at once (a current one and a deposed one: an orphan, a stopped leader's; never at a
 hand-over); *takeover* from the fault to the start of the next leader's child, median and
 longest over the faults (a long run fails one over *bound s*, a short run reports it); *hangs*
-a process that did not stop when told. The same times over more runs, with a 1 s and a 3 s
+a process that did not stop when told; *history* the children's elections, writes and
+resignations checked for linearizability under the ``leader`` model (faults/history/:
+``python3 dev.py check-history FILE --model leader``). The same times over more runs, with a 1 s and a 3 s
 lease after a SIGKILL and a 30 s one at a hand-over: ``python3 dev.py bench leader``
 (bench/leader.py).
 """
 
 
-def _leadership(
-    leaders: list[leader_check.LeaderResult], short: bool, histories: dict[str, HistoryCheck]
-) -> str:
+def _leadership(leaders: list[leader_check.LeaderResult], short: bool) -> str:
     header, cells = list(leader_check.COLUMNS), [leader_check.row(r) for r in leaders]
     run = "short run (one fault each)" if short else "long run (three faults each)"
     lines = [LEADERSHIP, f"This run: {_now()}, {run}; {_machine()}.", ""]
     lines += [_list_table(header, cells), ""]
-    played = [(r.outcome.scenario, r.outcome.faults) for r in leaders]
-    if any(scenario.name in histories for scenario, _ in played):
-        lines += [history_section(played, histories, short, title="Leadership histories"), ""]
     for result in leaders:
         scenario = result.outcome.scenario
         seen = "as promised" if result.passed else "VIOLATED: " + "; ".join(result.violations)

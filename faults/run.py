@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 from faults import leader_check  # noqa: E402
 from faults.check import Result, check, table, text_table  # noqa: E402
-from faults.histories import LINEARIZABLE, HistoryCheck, check_scenario, models_of  # noqa: E402
+from faults.histories import HistoryCheck, check_scenario, models_of  # noqa: E402
 from faults.leader import LEADER_SCENARIOS, LeaderRun, LeaderScenario  # noqa: E402
 from faults.scenarios import LONG_CUT, SCENARIOS, SHORT_CUT, Run, Scenario, scratch  # noqa: E402
 from faults.unique import COLUMNS as UNIQUE_COLUMNS  # noqa: E402
@@ -68,19 +68,17 @@ def missing(topology: str) -> str | None:
 def history(
     scenario: Scenario | LeaderScenario | UniqueScenario, directory: Path
 ) -> HistoryCheck | None:
-    """The check of the histories a scenario's processes left in ``directory / HISTORY``, or
-    None for a scenario that records none. A lock scenario's models follow from its variant; a
-    leadership scenario names its own (``history_models``, and ``history``: what it expects,
-    as a lock scenario's) and records under the same directory."""
-    if isinstance(scenario, Scenario):
-        models, expected = models_of(scenario.variant), scenario.history
-    else:
-        models = tuple(getattr(scenario, "history_models", ()))
-        expected = getattr(scenario, "history", LINEARIZABLE)
+    """The check of the histories a lock scenario's processes left in ``directory / HISTORY``
+    (its models follow from its variant), or None for a scenario that records none here: a
+    leadership scenario checks its children's history itself (faults/leader_check.py)."""
+    if not isinstance(scenario, Scenario):
+        return None
+    models = models_of(scenario.variant)
     if not models:
         return None
-    lease = float(getattr(scenario, "lease", 0.0))
-    return check_scenario(directory / HISTORY, scenario.name, models, lease, expected)
+    return check_scenario(
+        directory / HISTORY, scenario.name, models, scenario.lease, scenario.history
+    )
 
 
 def main() -> int:
