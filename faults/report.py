@@ -439,10 +439,10 @@ children ran at once (a current one and a deposed one: an orphan, a stopped lead
 hand-over); *takeover* from the fault to the start of the next leader's child, median and
 longest over the faults (a long run fails one over *bound s*, a short run reports it); *hangs*
 a process that did not stop when told; *history* the children's elections, writes and
-resignations checked for linearizability under the ``leader`` model (faults/history/:
-``python3 dev.py check-history FILE --model leader``). The same times over more runs, with a 1 s and a 3 s
-lease after a SIGKILL and a 30 s one at a hand-over: ``python3 dev.py bench leader``
-(bench/leader.py).
+resignations checked for linearizability under the ``leader`` model (faults/history/,
+``python3 dev.py check-history FILE --model leader``). The same times over more runs, with a
+1 s and a 3 s lease after a SIGKILL and a 30 s one at a hand-over: ``python3 dev.py bench
+leader`` (bench/leader.py).
 """
 
 
