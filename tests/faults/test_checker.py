@@ -8,6 +8,7 @@ import random
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -154,3 +155,20 @@ def test_the_cli_exit_codes_and_last_lines(tmp_path: Path) -> None:
     assert (done.returncode, done.stdout) == (2, "")
     assert "semaphore:N" in done.stderr
     assert dev(str(tmp_path / "missing.jsonl"), "--model", "mutex").returncode == 2
+
+
+def test_a_violation_after_many_lost_acquires_is_found_at_once() -> None:
+    """Thirty lost acquires, each with its expire, could each have taken effect at many points:
+    proving the double grant after them must not try every subset of them (the search tries
+    the required operations first, and a state reached again with more optional ones used is
+    not explored again)."""
+    ops = []
+    for i in range(30):
+        ops += [op(100 + i, "acquire", 10 * i, 10 * i + 1, "info"), expire(100 + i, 10 * i + 5)]
+        ops.append(op(1, "acquire", 10 * i + 6, 10 * i + 7))
+        ops.append(op(1, "release", 10 * i + 8, 10 * i + 9))
+    ops += [op(1, "acquire", 1000, 1001), op(2, "acquire", 1002, 1003)]
+    started = time.perf_counter()
+    verdict = check("mutex", *ops)
+    assert time.perf_counter() - started < 5
+    assert [each.why for each in verdict.failures] == ["acquire by 2 while 1 holds"]
