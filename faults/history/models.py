@@ -136,9 +136,9 @@ class Leader(Model):
         if op.f == "act" and op.kind != "ok":
             return DROPPED  # an act refused or unknown changes nothing
         if op.f == "elected" and op.kind == "ok" and not is_int(op.result):
-            raise ModelError(f"elected ok without an integer epoch ({op.result!r})")
+            raise ModelError(f"elected ok without an integer epoch ({show(op.result)})")
         if op.f == "act" and not is_int(op.argument):
-            raise ModelError(f"act without an integer epoch ({op.argument!r})")
+            raise ModelError(f"act without an integer epoch ({show(op.argument)})")
         return super().role(op)
 
     def step(self, state: tuple[Any, Any, Any], op: Op) -> tuple[Any, Any, Any] | None:
@@ -178,12 +178,12 @@ class FencedRegister(Model):
         if op.f == "write":
             token = op.argument[0] if isinstance(op.argument, tuple) and op.argument else None
             if len(op.argument or ()) != 2 or not is_int(token):
-                raise ModelError(f"write of {op.argument!r}, not [token, data]")
+                raise ModelError(f"write of {show(op.argument)}, not [token, data]")
             return REQUIRED if op.kind == "fail" else super().role(op)  # a refusal is an event
         if op.kind != "ok":
             return DROPPED
         if op.f == "acquire" and not is_int(op.result):
-            raise ModelError(f"acquire ok without an integer token ({op.result!r})")
+            raise ModelError(f"acquire ok without an integer token ({show(op.result)})")
         return REQUIRED
 
     def step(self, state: tuple[Any, Any], op: Op) -> tuple[Any, Any] | None:

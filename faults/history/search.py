@@ -83,29 +83,30 @@ def check_key(key: str, ops: list[Op], roles: list[str], model: Model) -> Failur
     left = sum(1 for flag in optional if not flag)
     state, required, info = model.initial, 0, 0
     cache: dict[tuple[int, Any], list[int]] = {}
-    trail: list[tuple[int, Any, int, int]] = []
-    entry = nxt[0]
+    trail: list[tuple[int, bool, Any, int, int]] = []
+    entry, phase = nxt[0], False  # phase: trying the required calls (False), the optional
     while left:
         if is_call[entry]:
             i = index[entry]
-            new = step(state, ops[i])
+            new = step(state, ops[i]) if optional[i] is phase else None
             if new is not None:
                 bit = 1 << i
-                got_required, got_info = (
-                    (required, info | bit) if optional[i] else (required | bit, info)
-                )
+                got_required, got_info = (required, info | bit) if phase else (required | bit, info)
                 seen = cache.setdefault((got_required, new), [])
                 if not any(mask | got_info == got_info for mask in seen):
                     seen.append(got_info)
-                    trail.append((entry, state, required, info))
+                    trail.append((entry, phase, state, required, info))
                     state, required, info = new, got_required, got_info
-                    left -= not optional[i]
+                    left -= not phase
                     ret = match[entry]
                     nxt[prv[entry]], prv[nxt[entry]] = nxt[entry], prv[entry]
                     nxt[prv[ret]], prv[nxt[ret]] = nxt[ret], prv[ret]
-                    entry = nxt[0]
+                    entry, phase = nxt[0], False
                     continue
             entry = nxt[entry]
+            continue
+        if not phase:  # no required call fits here: the optional ones, before a step back
+            entry, phase = nxt[0], True
             continue
         if entry > stuck.position:
             stuck.position, stuck.op_index, stuck.state = entry, index[entry], state
@@ -113,8 +114,8 @@ def check_key(key: str, ops: list[Op], roles: list[str], model: Model) -> Failur
             stuck.last = index[trail[-1][0]] if trail else -1
         if not trail:
             return failure(key, ops, optional, model, stuck)
-        entry, state, required, info = trail.pop()
-        left += not optional[index[entry]]
+        entry, phase, state, required, info = trail.pop()
+        left += not phase
         ret = match[entry]
         nxt[prv[ret]] = prv[nxt[ret]] = ret
         nxt[prv[entry]] = prv[nxt[entry]] = entry
