@@ -186,8 +186,8 @@ within a second, not at the end of the lease.
 A restart without persistence
 -----------------------------
 
-``redis-restart-empty`` plays what the documentation warns of (:doc:`production`,
-:doc:`topologies`): a Redis that keeps nothing on disk, killed and started again while a worker
+``redis-restart-empty`` plays what the documentation warns of (the Production and
+Topologies pages): a Redis that keeps nothing on disk, killed and started again while a worker
 holds the lock. The holder is stopped (SIGSTOP) while it holds, so that its section outlasts
 the restart as a longer one would; the empty Redis grants the lock to another worker at once,
 well within the first one's lease; the holder resumes, writes (the fence accepts or refuses it
