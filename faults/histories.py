@@ -174,9 +174,9 @@ def expire_killed(directory: Path, lease: float) -> int:
     try:
         for process, (key, invoked) in sorted(open_holds.items()):
             earliest = invoked + int(lease * 1e9)
-            lease_process = f"{process}/lease"
-            controller.event("invoke", "expire", key, process, process=lease_process, at=earliest)
-            controller.event("info", "expire", key, process, process=lease_process, at=earliest)
+            lease_process, value = f"{process}/lease", [process, invoked]
+            controller.event("invoke", "expire", key, value, process=lease_process, at=earliest)
+            controller.event("info", "expire", key, value, process=lease_process, at=earliest)
     finally:
         controller.close()
     return len(open_holds)

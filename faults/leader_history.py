@@ -72,7 +72,7 @@ class LeaderHistory:
         self.epoch = epoch
         self.elected = False  # the store accepted a write of the epoch
         self.history.event("invoke", "elected", KEY, None, at=electable)
-        self.history.expire(KEY, electable + round(lease * 1e9))
+        self.history.expire(KEY, electable + round(lease * 1e9), electable)
 
     @classmethod
     def from_environment(cls, index: int, epoch: int) -> LeaderHistory:

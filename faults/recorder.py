@@ -15,7 +15,7 @@ without its completion counts as ``info``).
 A hold whose end is not known (its holder was killed, or its release found it gone) ends by its
 lease: :meth:`History.expire` records that as an ``expire`` of a pseudo-process
 ``<process>/lease``, invoked at the earliest moment the lease can have run out and completed
-``info``.
+``info``; its value is ``[process, the invoke time of the acquire that granted the hold]``.
 """
 
 from __future__ import annotations
@@ -78,18 +78,17 @@ class History:
     def info(self, f: str, key: str, value: Any = None) -> int:
         return self.event("info", f, key, value)
 
-    def expire(self, key: str, earliest: int) -> None:
+    def expire(self, key: str, earliest: int, acquired: int | None = None) -> None:
         """The hold of this process on ``key`` ended by its lease, not before ``earliest`` (ns:
-        its acquire's invoke time plus the lease), at a time not known."""
+        its acquire's invoke time plus the lease), at a time not known. ``acquired``: the
+        invoke time of that acquire, written in the value ``[process, acquired]`` so that the
+        expire ends that hold only (without it the value is the process, which the checker
+        lets end any of its holds granted before ``earliest``: looser)."""
         lease = f"{self.process}/lease"
-        self.event("invoke", "expire", key, self.process, process=lease, at=earliest)
+        value = self.process if acquired is None else [self.process, acquired]
+        self.event("invoke", "expire", key, value, process=lease, at=earliest)
         self.event(
-            "info",
-            "expire",
-            key,
-            self.process,
-            process=lease,
-            at=max(earliest, time.monotonic_ns()),
+            "info", "expire", key, value, process=lease, at=max(earliest, time.monotonic_ns())
         )
 
 

@@ -98,7 +98,7 @@ class Worker:
             taken = held.acquire()
         except LockError as exc:  # maybe granted: its lease ends it
             self.history.info(f, NAME)
-            self.history.expire(NAME, invoked + int(self.lease * 1e9))
+            self.history.expire(NAME, invoked + int(self.lease * 1e9), invoked)
             replicated = not isinstance(exc, LockNotReplicated)
             if isinstance(exc, LockUnavailable):
                 self.store.event(self.index, "unavailable" if replicated else "not-replicated")
@@ -166,7 +166,7 @@ class Worker:
             held.release()
         except LockNotOwned as exc:
             self.history.fail(f, NAME)
-            self.history.expire(NAME, invoked + int(self.lease * 1e9))
+            self.history.expire(NAME, invoked + int(self.lease * 1e9), invoked)
             if not lost:
                 self.store.event(self.index, "lost", str(exc))
         except LockNotReplicated as exc:

@@ -27,9 +27,19 @@ from faults.history.models import (
     RWLock,
     Semaphore,
 )
-from faults.history.search import Failure, check_key
+from faults.history.search import Failure, TooLong, check_key
 
-__all__ = ["MODELS", "Failure", "Malformed", "Op", "Verdict", "check_events", "check_file", "model"]
+__all__ = [
+    "MODELS",
+    "Failure",
+    "Malformed",
+    "Op",
+    "TooLong",
+    "Verdict",
+    "check_events",
+    "check_file",
+    "model",
+]
 
 #: The models by name; ``semaphore`` takes its number of holders: ``semaphore:3``.
 MODELS: dict[str, Callable[..., Model]] = {
@@ -85,18 +95,23 @@ class Verdict:
         return [*out, self.last_line()]
 
 
-def check_file(path: Path | str, model_name: str) -> Verdict:
+def check_file(path: Path | str, model_name: str, *, steps: int | None = None) -> Verdict:
     """Check the history file at ``path`` against the model named; raises Malformed (a
-    ValueError, with the line) for a history it cannot read, ValueError for an unknown model."""
-    return check(read(path), model_name)
+    ValueError, with the line) for a history it cannot read, ValueError for an unknown model;
+    ``steps``: how many steps the search of a key may take (TooLong past them)."""
+    return check(read(path), model_name, steps)
 
 
-def check_events(events: Iterable[dict[str, Any]], model_name: str) -> Verdict:
+def check_events(
+    events: Iterable[dict[str, Any]], model_name: str, *, steps: int | None = None
+) -> Verdict:
     """The same for events as dicts (numbered from 1 in Malformed's messages)."""
-    return check(enumerate(events, 1), model_name)
+    return check(enumerate(events, 1), model_name, steps)
 
 
-def check(numbered: Iterable[tuple[int, dict[str, Any]]], model_name: str) -> Verdict:
+def check(
+    numbered: Iterable[tuple[int, dict[str, Any]]], model_name: str, steps: int | None = None
+) -> Verdict:
     """Check numbered events against the model named, key by key."""
     spec = model(model_name)
     keys = operations(numbered, spec.fs)
@@ -111,7 +126,7 @@ def check(numbered: Iterable[tuple[int, dict[str, Any]]], model_name: str) -> Ve
             if role != DROPPED:
                 kept.append(op)
                 roles.append(role)
-        found = check_key(key, kept, roles, spec)
+        found = check_key(key, kept, roles, spec, steps)
         if found is not None:
             verdict.failures.append(found)
     return verdict

@@ -48,6 +48,10 @@ class Failure:
         return out
 
 
+class TooLong(RuntimeError):
+    """The search of a key took more steps than it was allowed (``check_key``'s ``steps``)."""
+
+
 class Stuck:
     """The furthest point any order reached, kept as the search goes."""
 
@@ -59,8 +63,11 @@ class Stuck:
         self.last = -1
 
 
-def check_key(key: str, ops: list[Op], roles: list[str], model: Model) -> Failure | None:
-    """None if some order of ``ops`` (their ``roles`` given) is legal, else the Failure."""
+def check_key(
+    key: str, ops: list[Op], roles: list[str], model: Model, steps: int | None = None
+) -> Failure | None:
+    """None if some order of ``ops`` (their ``roles`` given) is legal, else the Failure;
+    TooLong past ``steps`` steps (a call tried or passed, a step back), if given."""
     optional = [role == OPTIONAL for role in roles]
     entries = sorted(
         [(op.invoke, 0, i) for i, op in enumerate(ops)]
@@ -85,7 +92,11 @@ def check_key(key: str, ops: list[Op], roles: list[str], model: Model) -> Failur
     cache: dict[tuple[int, Any], list[int]] = {}
     trail: list[tuple[int, bool, Any, int, int]] = []
     entry, phase = nxt[0], False  # phase: trying the required calls (False), the optional
+    budget = -1 if steps is None else steps
     while left:
+        budget -= 1
+        if budget == -1:
+            raise TooLong(f"key {key!r}: no verdict after {steps} steps")
         if is_call[entry]:
             i = index[entry]
             new = step(state, ops[i]) if optional[i] is phase else None

@@ -32,9 +32,13 @@ def op(
     return events
 
 
-def expire(holder: int, start: int, key: str = "k", kind: str = "info") -> list[Event]:
-    """The recorder's expire of ``holder``'s hold: invoked at the earliest the lease ends."""
-    return op(f"{holder}/lease", "expire", start, start + 1, kind, value=holder, key=key)
+def expire(
+    holder: int, start: int, key: str = "k", kind: str = "info", acquired: int | None = None
+) -> list[Event]:
+    """The recorder's expire of ``holder``'s hold: invoked at the earliest the lease ends; with
+    ``acquired`` (the invoke time of the acquire that granted it) it ends that hold only."""
+    value = holder if acquired is None else [holder, acquired]
+    return op(f"{holder}/lease", "expire", start, start + 1, kind, value=value, key=key)
 
 
 def check(model: str, *ops: list[Event]) -> Verdict:

@@ -34,6 +34,15 @@ LEGAL: dict[str, tuple[str, list[list[Event]]]] = {
         "mutex",
         [op(1, "acquire", 0, 1), expire(1, 100), op(2, "acquire", 150, 160)],
     ),
+    # The same, the expire naming the acquire whose hold it ends (the recorder's form).
+    "mutex-expired-tied": (
+        "mutex",
+        [op(1, "acquire", 0, 1), expire(1, 100, acquired=0), op(2, "acquire", 150, 160)],
+    ),
+    "rwlock-reader-expired-tied": (
+        "rwlock",
+        [op(1, "acquire-read", 0, 1), expire(1, 100, acquired=0), op(2, "acquire-write", 150, 160)],
+    ),
     # A read that only works if the write concurrent with it went first.
     "fenced-read-after-concurrent-write": (
         "fenced-register",
@@ -123,6 +132,29 @@ VIOLATIONS: dict[str, tuple[str, list[list[Event]], str]] = {
         "mutex",
         [op(1, "acquire", 0, 1), expire(2, 5, kind="ok")],
         "expire of 2's hold while 1 holds",
+    ),
+    # p1's lost acquire at 0 left an expire; it cannot end the hold p1 got at 20 (ok).
+    "mutex-expire-of-another-acquire": (
+        "mutex",
+        [
+            op(1, "acquire", 0, 1, "info"),
+            expire(1, 100, acquired=0),
+            op(1, "acquire", 20, 21),
+            op(2, "acquire", 150, 160),
+        ],
+        "acquire by 2 while 1 holds",
+    ),
+    # The same in the older form (the value the holder only): a hold granted by an acquire
+    # invoked after the expire's cannot be ended by it.
+    "mutex-old-expire-of-a-later-acquire": (
+        "mutex",
+        [
+            op(1, "acquire", 0, 1, "info"),
+            expire(1, 100),
+            op(1, "acquire", 120, 121),
+            op(2, "acquire", 150, 160),
+        ],
+        "acquire by 2 while 1 holds",
     ),
     # The lease could not have run out before 100: p2's grant at 50..60 is a second holder.
     "mutex-expire-before-its-invoke": (

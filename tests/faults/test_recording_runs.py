@@ -115,7 +115,7 @@ def _restart_while_holding(server: RedisServer, directory: Path) -> Path:
             first.release()
         except LockNotOwned:  # the hold is gone: it ends by its lease
             holder.fail("release", "restarted")
-            holder.expire("restarted", invoked + int(HOLD * 1e9))
+            holder.expire("restarted", invoked + int(HOLD * 1e9), invoked)
         else:
             holder.ok("release", "restarted")
     holder.close()
