@@ -34,6 +34,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"ops"}),
     frozenset({"locked", "unique", "fencing", "leader"}),
     frozenset({"admin", "management", "checks", "apps", "models", "migrations", "__init__"}),
+    frozenset({"testing"}),
 )
 #: The longest a module may be, in lines.
 MAX_LINES = 400

@@ -97,6 +97,9 @@ class Lock(LockFlows):
         )
         self._reentrant = validate_flag(reentrant, "reentrant")
         self.label = validate_label(label)
+        #: The owner text the next holds record, shown to operators; None (the default): this
+        #: process and thread (or task). The test kit's ``make_busy(owner=...)`` sets it.
+        self.owner: str | None = None
         self._backend = runtime().for_locks(validate_using(using))
         self._keys = self._backend.keys_for(self.name)
         self._secret: str | None = None
@@ -137,7 +140,7 @@ class Lock(LockFlows):
                 f"Lock.acquire() of {self.name!r} would block the running event loop while it "
                 "waits: use `await lock.aacquire()` (or `async with`), or acquire(blocking=False)."
             )
-        owner = runtime().thread_owner()
+        owner = self.owner or runtime().thread_owner()
         observed = metrics.observers()
         if not observed:
             return drive(self._backend, self._acquiring(wait, limit, owner), self.name)
@@ -157,7 +160,7 @@ class Lock(LockFlows):
         wait, limit = wait_options(
             blocking, blocking_timeout, self._blocking, self._blocking_timeout
         )
-        owner = runtime().task_owner()
+        owner = self.owner or runtime().task_owner()
         observed = metrics.observers()
         if not observed:
             return await adrive(self._backend, self._acquiring(wait, limit, owner), self.name)

@@ -92,6 +92,30 @@ def fence_of(lock_or_token: object) -> Fence:
     return Fence(held.fencing_token, held.name)
 
 
+# Later holders' fences by lock name, as the test kit's advance_fence() declares them.
+_later_fences: dict[str, int] = {}
+
+
+def declare_later_fence(lock: str, token: int) -> None:
+    """Declare that a later holder of the lock named ``lock`` wrote with ``token``: a fenced
+    write of an older hold of it finds every row it matches carrying that fence (written in the
+    write's own transaction, so rolled back with its refusal), and raises StaleFencingToken as
+    it would after that holder's real write. A public seam of the test kit's
+    ``advance_fence()``; :func:`forget_later_fences` ends it. Not for production code."""
+    _later_fences[lock] = max(token, _later_fences.get(lock, 0))
+
+
+def forget_later_fences() -> None:
+    """Forget every fence :func:`declare_later_fence` declared (the test kit's ``reset()``)."""
+    _later_fences.clear()
+
+
+def _later_fence(fence: Fence) -> int | None:
+    """The later fence declared for ``fence``'s lock, if above ``fence``'s token."""
+    later = _later_fences.get(fence.lock) if _later_fences and fence.lock else None
+    return later if later is not None and later > fence.token else None
+
+
 def _refused(
     fence: Fence, model: type[models.Model], rows: list[tuple[Any, int]]
 ) -> StaleFencingToken:
@@ -147,6 +171,11 @@ def fenced_update(queryset: QuerySet[_M], lock_or_token: object, /, **values: An
     # The alias update() itself would write to: the queryset's own, else the router's.
     using = getattr(queryset, "_db", None) or router.db_for_write(queryset.model)
     with transaction.atomic(using=using):
+        declared = _later_fence(fence)
+        if declared is not None:  # a later holder's write, declared by the test kit
+            queryset.using(using).filter(**{f"{field.name}__lt": declared}).update(
+                **{field.name: declared}
+            )
         if queryset.model._meta.parents:
             # A model on several tables: Django selects the rows, then updates each table by
             # primary key. Lock them first, so that no holder writes between.
@@ -276,6 +305,11 @@ class FencedModelMixin:
             # older than the row's, and writing it back would let a stale holder in again.
             values = [value for value in values if value[0] is not field]
             return update(base_qs, using, pk_val, values, *args, **kwargs)
+        declared = _later_fence(fence)
+        if declared is not None:  # a later holder's write, declared by the test kit
+            base_qs.filter(pk=pk_val, **{f"{field.name}__lt": declared}).update(
+                **{field.name: declared}
+            )
         fenced = base_qs.filter(**{f"{field.name}__lte": fence.token})
         updated = update(fenced, using, pk_val, values, *args, **kwargs)
         if not updated:

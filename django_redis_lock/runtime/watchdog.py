@@ -147,7 +147,10 @@ class Watchdog:
     """Renews every registered hold from a single daemon thread."""
 
     def __init__(self) -> None:
-        self._cond = threading.Condition(threading.Lock())
+        mutex = threading.Lock()
+        self._cond = threading.Condition(mutex)
+        # Where check_now() waits (apart: a notify() meant for the thread must not wake it).
+        self._looked_cond = threading.Condition(mutex)
         self._due: list[tuple[float, int, Hold | Settle]] = []
         # Holds due a tick or more from now, added without the lock, by id; the thread takes
         # them. A release takes its hold back out at once: most holds end within the tick, and
@@ -164,6 +167,9 @@ class Watchdog:
         self._settles = 0  # calls scheduled to be settled
         # Until when each Redis counts as away: settling waits instead of trying every call.
         self._away: dict[Backend, float] = {}
+        self._pauses = 0  # pause() calls not yet resumed: renew nothing meanwhile
+        # Looks asked for by check_now(), the one the batch under way serves, the last served.
+        self._asked = self._serving = self._looked = 0
 
     def add(self, hold: Hold) -> None:
         """Start renewing ``hold``, first at a third of the lease it starts with."""
@@ -178,6 +184,42 @@ class Watchdog:
         """Stop renewing ``hold``: no renewal starts for it after this returns."""
         hold.watched = False  # the thread drops it when it comes across it
         self._incoming.pop(id(hold), None)  # atomic; if the thread took it, it is in the heap
+
+    def pause(self) -> None:
+        """Renew (and settle) nothing until as many :meth:`resume` calls: the process as if
+        paused past its leases. A public seam of the test kit's ``pause_renewals()``."""
+        with self._cond:
+            self._pauses += 1
+
+    def resume(self) -> None:
+        """End one :meth:`pause`: what fell due meanwhile is renewed at once (a lease that ran
+        out is then found lost)."""
+        with self._cond:
+            self._pauses = max(0, self._pauses - 1)
+            self._cond.notify()
+
+    def check_now(self, timeout: float = 5.0) -> bool:
+        """Renew every watched hold now; wait (at most ``timeout`` s) until done: a hold found
+        gone is marked lost (``lost``, ``lock_lost``) once this returns True (False: timed out,
+        or paused). A public seam of the test kit's ``expire_now()``."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            self._take_incoming()
+            now = time.monotonic()
+            self._due = [(now if isinstance(i, Hold) else at, n, i) for at, n, i in self._due]
+            heapq.heapify(self._due)
+            busy = self._wakes_at == float("-inf")  # a batch under way: its holds not here
+            if not busy and not any(isinstance(i, Hold) and i.watched for _, _, i in self._due):
+                return not self._pauses  # nothing watched
+            self._asked += 1
+            asked = self._asked
+            self._cond.notify()
+            while self._looked < asked:
+                left = deadline - time.monotonic()
+                if left <= 0 or self._pauses:
+                    return False
+                self._looked_cond.wait(left)
+        return True
 
     def settle(self, call: Settle) -> None:
         """Run ``call``'s script (LEAVE for an attempt, RELEASE again for a release) until
@@ -231,12 +273,16 @@ class Watchdog:
                     heapq.heappop(self._due)
                 now = time.monotonic()
                 due = self._due[0][0] if self._due else float("inf")
-                if due > now:
-                    wake = min(due, now + _TICK_SECONDS)
+                if due > now or self._pauses:
+                    wake = now + _TICK_SECONDS if self._pauses else min(due, now + _TICK_SECONDS)
+                    if not self._pauses:  # nothing due: every look asked for was served
+                        self._looked = self._asked
+                        self._looked_cond.notify_all()
                     self._wakes_at = wake
                     self._cond.wait(wake - now)
                     continue
                 self._wakes_at = float("-inf")  # busy renewing: it looks at the heap again
+                self._serving = self._asked
                 batch = []
                 while self._due and self._due[0][0] <= now:
                     hold = heapq.heappop(self._due)[2]
@@ -256,6 +302,9 @@ class Watchdog:
                         self._renew(item)
                     except Exception as exc:  # a renewal not confirmed, whatever the reason
                         self._retry(item, exc)
+                with self._cond:
+                    self._looked = self._serving
+                    self._looked_cond.notify_all()
         finally:  # only a bug ends the loop: the next add starts a new thread
             self._ticking = False
             with self._cond:
@@ -279,8 +328,9 @@ class Watchdog:
         with self._cond:
             hold.renewed(sent, left)
             if hold.watched:
-                if hold.repeat:
-                    self._schedule(hold, sent + hold.interval)
+                if hold.repeat:  # at once if a look was asked for since this renewal began
+                    again = self._asked > self._serving
+                    self._schedule(hold, time.monotonic() if again else sent + hold.interval)
                 else:
                     hold.watched = False
 

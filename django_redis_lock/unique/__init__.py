@@ -8,10 +8,12 @@ worker: :mod:`django_redis_lock.unique.keys`; per framework: ``celery.py``, ``ta
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from django_redis_lock.locked.aliases import refuse_unknown_aliases
 from django_redis_lock.locked.naming import NameSpec, check_template
+from django_redis_lock.unique import celery as celery_tasks
+from django_redis_lock.unique import tasks as django_tasks
 from django_redis_lock.unique.celery import is_celery_task, unique_celery_task
 from django_redis_lock.unique.keys import (
     ON_DUPLICATE,
@@ -91,6 +93,24 @@ def unique(
         )
 
     return decorate
+
+
+class UniqueKey(NamedTuple):
+    """The key a call of a @unique task takes: its lock's name (``unique:...``) and the cache
+    alias (or aliases) that hold it."""
+
+    name: str
+    using: str | tuple[str, ...] | None
+
+
+def key_of(task: Any, *args: Any, **kwargs: Any) -> UniqueKey:
+    """The key that enqueueing ``task(*args, **kwargs)`` takes (``task``: a @unique Celery or
+    Django task); TypeError for a task @unique did not decorate. Used by the test kit's
+    ``assert_enqueued_once()``."""
+    found = celery_tasks.unique_of(task) if is_celery_task(task) else django_tasks.unique_of(task)
+    if found is None:
+        raise TypeError(f"{task!r} is not a @unique task.")
+    return UniqueKey(found.name(args, kwargs), found.spec.using)
 
 
 def _windows(

@@ -164,6 +164,11 @@ class _Unique:
         )
 
 
+def unique_of(task: Any) -> _Unique | None:
+    """What @unique made of the Celery task ``task`` (None: it is not unique)."""
+    return getattr(task, _MARK, None)
+
+
 def _mark(task: Any, spec: UniqueSpec) -> None:
     """Make ``task`` (an instance) take its key in apply_async; once per instance."""
     if getattr(task, _MARK, None) is not None:

@@ -80,6 +80,11 @@ def _import(framework: str, name: str) -> Any:
 _uniques: dict[type, _Unique] = {}
 
 
+def unique_of(task: Any) -> _Unique | None:
+    """What @unique made of the Django task ``task`` (None: it is not unique)."""
+    return _uniques.get(type(task))
+
+
 def unique_django_task(task: Any, spec: UniqueSpec, framework: str) -> Any:
     """``task`` as an instance of a unique subclass of its class, its own (see the module)."""
     cls = type(task)

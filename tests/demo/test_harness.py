@@ -14,7 +14,7 @@ from django.core.cache import caches
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from testproject import redis_server as redis_server_module
+from django_redis_lock.testing import server as redis_server_module
 from testproject.redis_server import (
     RedisServer,
     RedisServerGroup,
