@@ -6,9 +6,10 @@ from django.test import RequestFactory
 
 import jobs
 import semaphores
+import unique_tasks
 import using_locks
 import views
-from django_redis_lock import LockNotOwned, StaleFencingToken, fenced_update, leader, lock
+from django_redis_lock import LockNotOwned, StaleFencingToken, fenced_update, leader, lock, rwlock
 from django_redis_lock.testing import Captured
 from myapp import calls
 from myapp.models import Account
@@ -88,3 +89,14 @@ def test_only_the_leader_runs_the_scheduler(locks):
     with leader("scheduler"):
         locks.assert_held("scheduler", kind="leader")
     locks.assert_not_held("scheduler", kind="leader")
+
+
+def test_no_edit_while_a_reader_reads(locks):
+    locks.make_busy("document:1", kind="read")  # a reader: the writer waits
+    assert not rwlock("document:1").write().acquire(blocking=False)
+
+
+def test_a_report_is_queued_once(locks):
+    unique_tasks.request_report(7)
+    unique_tasks.request_report(7)  # a duplicate: no second one queued
+    locks.assert_enqueued_once(unique_tasks.rebuild_report, 7)
