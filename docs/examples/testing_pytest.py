@@ -2,7 +2,7 @@ import time
 
 import pytest
 from django.db.models import F
-from django.test import RequestFactory
+from django.test import RequestFactory, override_settings
 
 import jobs
 import semaphores
@@ -10,7 +10,7 @@ import unique_tasks
 import using_locks
 import views
 from django_redis_lock import LockNotOwned, StaleFencingToken, fenced_update, leader, lock, rwlock
-from django_redis_lock.testing import Captured
+from django_redis_lock.testing import Captured, held, redis_server
 from myapp import calls
 from myapp.models import Account
 
@@ -100,3 +100,11 @@ def test_a_report_is_queued_once(locks):
     unique_tasks.request_report(7)
     unique_tasks.request_report(7)  # a duplicate: no second one queued
     locks.assert_enqueued_once(unique_tasks.rebuild_report, 7)
+
+
+def test_on_a_server_of_its_own():
+    with redis_server() as server, override_settings(**server.settings()):
+        report = lock("nightly-report")  # on this server
+        assert report.acquire()
+        assert held("nightly-report") is not None
+        report.release()

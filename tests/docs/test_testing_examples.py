@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.docs.examples import EXAMPLES
+from tests.docs.examples import EXAMPLES, calls, example, forget
 from tests.testing.pytest_runs import run_pytest, write_project
 
 pytestmark = pytest.mark.slow
@@ -23,14 +23,28 @@ DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memor
 TASKS = {"default": {"BACKEND": f"{TASKS_FRAMEWORK}.backends.dummy.DummyBackend"}}  # noqa: F405
 """
 
+#: The page's examples, as the reader's project names them.
+FILES = {
+    "testing_conftest": "conftest.py",
+    "testing_pytest": "test_pytest_examples.py",
+    "testing_unittest": "test_unittest_examples.py",
+}
+
 
 def test_the_testing_pages_examples_pass(tmp_path: Path) -> None:
     write_project(tmp_path, {"settings.py": SETTINGS})
-    shutil.copy(EXAMPLES / "testing_conftest.py", tmp_path / "conftest.py")
-    for name in ("pytest", "unittest"):
-        shutil.copy(EXAMPLES / f"testing_{name}.py", tmp_path / f"test_{name}_examples.py")
+    for name, copy in FILES.items():
+        shutil.copy(EXAMPLES / f"{name}.py", tmp_path / copy)
     result = run_pytest(tmp_path, "-p", "django", "-v", paths=[EXAMPLES])
     assert result.returncode == 0, result.stdout + result.stderr
-    tests = (EXAMPLES / "testing_pytest.py").read_text().count("\ndef test_")
-    tests += (EXAMPLES / "testing_unittest.py").read_text().count("    def test_")
+    tests = sum(
+        (EXAMPLES / f"{name}.py").read_text().count("def test_")
+        for name in ("testing_pytest", "testing_unittest")
+    )
     assert f"{tests} passed" in result.stdout, result.stdout
+
+
+def test_the_sync_job_syncs_each_customer_while_it_holds_its_lock() -> None:
+    forget()
+    example("jobs").sync_all([1, 2])
+    assert calls() == [("sync_customer_data", 1), ("sync_customer_data", 2)]
