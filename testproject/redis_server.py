@@ -55,20 +55,6 @@ if TYPE_CHECKING:
         free_port,
         ping,
     )
-else:
-    _module = _server_module()
-    HOST = _module.HOST
-    PORT_ATTEMPTS = _module.PORT_ATTEMPTS
-    PROBE_INTERVAL = _module.PROBE_INTERVAL
-    START_TIMEOUT = _module.START_TIMEOUT
-    STOP_TIMEOUT = _module.STOP_TIMEOUT
-    RedisServer = _module.RedisServer
-    command = _module.command
-    die_with_parent = _module.die_with_parent
-    find_embedded_redis_server = _module.find_embedded_redis_server
-    find_redis_server = _module.find_redis_server
-    free_port = _module.free_port
-    ping = _module.ping
 
 __all__ = [
     "HOST",
@@ -85,6 +71,12 @@ __all__ = [
     "free_port",
     "ping",
 ]
+
+if not TYPE_CHECKING:
+    _module = _server_module()
+    globals().update(
+        {name: getattr(_module, name) for name in __all__ if name != "RedisServerGroup"}
+    )
 
 
 class RedisServerGroup:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
-from types import TracebackType
 
 from django_redis_lock.core.lock import Lock
 from django_redis_lock.core.shared import rwlock, semaphore
@@ -61,12 +60,7 @@ class Busy:
     def __enter__(self) -> Busy:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.release()
 
     def __repr__(self) -> str:
