@@ -22,6 +22,7 @@ from django_redis_lock import (
     leader,
 )
 from django_redis_lock.runtime import runtime
+from django_redis_lock.testing import expire_now
 from testproject.models import Account
 from tests.helpers import start, wait_until
 
@@ -59,8 +60,8 @@ def test_a_lost_leadership_sets_lost_and_check_raises_and_the_block_ends_with_th
 
     def lead_until_lost() -> None:
         with lead:
-            assert get_lock_manager().release("leader:lost:sync")  # an operator took it away
-            assert lead.lost.wait(5)  # found by the next renewal
+            expire_now("lost:sync", kind="leader")  # its lease ended (a long pause, an eviction)
+            assert lead.lost.is_set()  # learned at once: the watchdog looked
             assert not lead.is_leader
             with pytest.raises(LeadershipLost):
                 lead.check()
@@ -75,7 +76,7 @@ def test_an_async_body_is_cancelled_with_leadership_lost() -> None:
 
     async def main() -> None:
         async with leader("lost:async", timeout=LEASE) as lead:
-            await asyncio.to_thread(get_lock_manager().release, "leader:lost:async")
+            await asyncio.to_thread(expire_now, "lost:async", kind="leader")
             await asyncio.sleep(30)  # cancelled by the loss, long before this ends
             reached.append("after sleep")  # never
         reached.append(lead.epoch)
@@ -128,10 +129,10 @@ def test_the_epoch_fences_a_deposed_leaders_late_write() -> None:
     rows = Account.objects.filter(pk=account.pk)
     deposed = leader("payments", timeout=LEASE)
     assert deposed.acquire()
-    assert get_lock_manager().release("leader:payments")
+    expire_now("payments", kind="leader")
+    assert deposed.lost.is_set()
     with leader("payments") as current:
         assert fenced_update(rows, current, balance=F("balance") - 10) == 1
-        assert deposed.lost.wait(5)
         with pytest.raises(StaleFencingToken):  # a late write of the old epoch
             fenced_update(rows, deposed.epoch, balance=F("balance") - 50)
     account.refresh_from_db()

@@ -33,6 +33,7 @@ from django_redis_lock import (
     locked,
     signals,
 )
+from django_redis_lock.testing import make_busy
 from django_redis_lock.validation import MAX_LABEL_LENGTH, MAX_NAME_LENGTH
 from testproject.redis_server import RedisServerGroup
 from testproject.settings import build_caches
@@ -174,10 +175,8 @@ def test_view_runs_under_its_lock_and_answers_423_when_busy(
 
 
 def test_busy_status_is_a_setting(visitor: Visitor) -> None:
-    held = _hold("invoice:8")
-    with override_settings(REDIS_LOCK={"BUSY_STATUS": 409}):
+    with make_busy("invoice:8"), override_settings(REDIS_LOCK={"BUSY_STATUS": 409}):
         assert visitor.get("/pay/8/").status_code == 409
-    held.release()
 
 
 def test_method_decorator_in_a_list_keeps_the_other_decorators(visitor: Visitor) -> None:
@@ -191,26 +190,23 @@ def test_template_with_attribute_access(visitor: Visitor) -> None:
     response = visitor.get("/profile/")
     label = visitor.pick(("tests.views.profile", "tests.views.aprofile"))
     assert response.json()["label"] == f"{label} GET {visitor.path('/profile/')}"
-    held = _hold(f"user:{user.pk}")
-    assert visitor.get("/profile/").status_code == 423
-    held.release()
+    with make_busy(f"user:{user.pk}"):
+        assert visitor.get("/profile/").status_code == 423
 
 
 def test_callable_name(visitor: Visitor) -> None:
     label = visitor.pick(("tests.views.by_callable", "tests.views.aby_callable"))
     path = visitor.path("/item/abc/")
     assert visitor.get("/item/abc/").json() == {"arg": "abc", "label": f"{label} GET {path}"}
-    held = _hold("item:ABC")
-    assert visitor.get("/item/abc/").status_code == 423
-    held.release()
+    with make_busy("item:ABC"):
+        assert visitor.get("/item/abc/").status_code == 423
 
 
 def test_on_busy_replaces_the_busy_response(visitor: Visitor) -> None:
     """The async view's on_busy is async: its value is awaited."""
-    held = _hold("custom")
-    response = visitor.get("/custom/")
+    with make_busy("custom"):
+        response = visitor.get("/custom/")
     assert (response.status_code, response.content) == (409, b"come back later")
-    held.release()
     assert visitor.get("/custom/").content == b"ran"
 
 

@@ -1,0 +1,1 @@
+pytest_plugins = ["django_redis_lock.testing.pytest"]
