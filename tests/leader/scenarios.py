@@ -13,7 +13,9 @@ from django_redis_lock import LeadershipLost, get_lock_manager, leader
 def leads_hands_over_and_is_deposed(driver: Any, name: str = "topology") -> None:
     """One leader at a time; a resignation hands over with a higher epoch; an operator's
     release deposes the leader, which finds it at its next renewal."""
-    first, follower = leader(name, timeout=0.9), leader(name, timeout=0.9)
+    # A lease a loaded machine's replies stay well inside (a reply as slow as the lease makes
+    # the grant late: given back); renewed at a third of it, so the loss is found within 1 s.
+    first, follower = leader(name, timeout=3.0), leader(name, timeout=3.0)
     assert driver.acquire(first, blocking=False)
     assert not driver.acquire(follower, blocking=False)
     epoch = first.epoch
