@@ -256,6 +256,12 @@ class LockBackend(ListingReads):
         """Whether fewer replicas than needed acknowledged the script (its error raised)."""
         for result in results:
             if isinstance(result, Exception):
+                if self.sentinel and isinstance(result, errors.READ_ONLY):
+                    # A demoted primary, and a client that does not hang up on READONLY by
+                    # itself (redis-py 5): the next call asks the sentinels again.
+                    with contextlib.suppress(Exception):
+                        self.client.connection_pool.disconnect(inuse_connections=False)
+                        self.primary_address()
                 raise result
         return int(results[1]) < self.wait_replicas
 
