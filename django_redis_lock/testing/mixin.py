@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, ClassVar
 
 from django.test.utils import override_settings
 
-from django_redis_lock.testing import assertions, hooks
 from django_redis_lock.testing.lock_server import RedisLockServer, redis_server
+from django_redis_lock.testing.methods import KitMethods, clean_after_test
 
 if TYPE_CHECKING:
     _Base = unittest.TestCase
@@ -16,7 +16,7 @@ else:
     _Base = object
 
 
-class RedisLockTestMixin(_Base):
+class RedisLockTestMixin(KitMethods, _Base):
     """For a Django ``TestCase``/``SimpleTestCase`` or a ``unittest.TestCase``: the class's
     tests take their locks on the process's shared redis-server (CACHES overridden for the
     class, as :meth:`RedisLockServer.settings` says), and after each test what the kit made
@@ -26,16 +26,6 @@ class RedisLockTestMixin(_Base):
 
     #: The shared server the class's tests use.
     redis_lock_server: ClassVar[RedisLockServer]
-
-    held = staticmethod(assertions.held)
-    assert_held = staticmethod(assertions.assert_held)
-    assert_not_held = staticmethod(assertions.assert_not_held)
-    captured_locks = staticmethod(assertions.captured_locks)
-    assert_enqueued_once = staticmethod(assertions.assert_enqueued_once)
-    make_busy = staticmethod(hooks.make_busy)
-    expire_now = staticmethod(hooks.expire_now)
-    pause_renewals = staticmethod(hooks.pause_renewals)
-    advance_fence = staticmethod(hooks.advance_fence)
 
     @classmethod
     def setUpClass(cls) -> None:
@@ -53,5 +43,4 @@ class RedisLockTestMixin(_Base):
 
     def redis_lock_clean(self) -> None:
         """After each test: :func:`~django_redis_lock.testing.reset`, then flush the server."""
-        hooks.reset()
-        self.redis_lock_server.flush()
+        clean_after_test(self.redis_lock_server)

@@ -22,30 +22,20 @@ import pytest
 
 from django_redis_lock import testing
 from django_redis_lock.testing import RedisLockServer
+from django_redis_lock.testing.methods import KitMethods, clean_after_test
 
 
-class Locks:
+class Locks(KitMethods):
     """What the ``locks`` fixture gives a test: the helpers of :mod:`django_redis_lock.testing`
     as methods (``locks.make_busy("report:7")``, ``locks.assert_held("report:7")``...), and
     the session's server as ``locks.server``."""
-
-    held = staticmethod(testing.held)
-    assert_held = staticmethod(testing.assert_held)
-    assert_not_held = staticmethod(testing.assert_not_held)
-    captured_locks = staticmethod(testing.captured_locks)
-    make_busy = staticmethod(testing.make_busy)
-    expire_now = staticmethod(testing.expire_now)
-    pause_renewals = staticmethod(testing.pause_renewals)
-    advance_fence = staticmethod(testing.advance_fence)
-    assert_enqueued_once = staticmethod(testing.assert_enqueued_once)
 
     def __init__(self, server: RedisLockServer) -> None:
         self.server = server
 
     def clean(self) -> None:
         """Undo the kit's hooks, then empty the server: the next test starts from nothing."""
-        testing.reset()
-        self.server.flush()
+        clean_after_test(self.server)
 
 
 def _set_up_django() -> None:
