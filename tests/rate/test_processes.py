@@ -18,16 +18,33 @@ HAMMER_SECONDS = 1.5
 
 
 def _hammer(url: str, seconds: float) -> None:
-    """Non-blocking attempts for ``seconds``: the server's time of each admission, logged."""
+    """Non-blocking attempts for ``seconds``: the server's time of each, and its answer, logged."""
     limit = rate_limit("shared", RATE, burst=BURST)
-    admitted = []
+    attempts = []
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         turn = limit.reserve(0.0)
-        if turn.admitted:
-            admitted.append(f"{round(turn.at * 1_000_000)}")
+        attempts.append(f"{round(turn.at * 1_000_000)}:{int(turn.admitted)}")
     with redis.Redis.from_url(url, socket_timeout=PATIENT_SECONDS) as client:
-        client.rpush("admitted", *admitted or ["none"])
+        client.rpush("attempts", *attempts)
+
+
+def conforming(attempts: list[tuple[int, bool]]) -> list[str]:
+    """Where ``attempts`` (server time in microseconds, admitted) differ from the cell rate
+    algorithm run over them in the server's order: a call refused while its turn had come, or
+    admitted before it. A call within a microsecond or two of its turn is not judged (the
+    times went through seconds as floats)."""
+    interval, slack = 1_000_000 // CALLS_PER_SECOND, 2
+    wrong, tat = [], 0
+    # The same microsecond: the admissions ran first (a refusal changes nothing).
+    for moment, admitted in sorted(attempts, key=lambda attempt: (attempt[0], not attempt[1])):
+        tat = max(tat, moment)
+        early = tat - BURST * interval - moment
+        if (admitted and early > slack) or (not admitted and early < -slack):
+            wrong.append(f"{'admitted' if admitted else 'refused'} at {moment}, {early} us early")
+        if admitted:
+            tat += interval
+    return wrong
 
 
 def most_in_a_window(times_us: list[int], window_us: int) -> int:
@@ -45,11 +62,26 @@ def test_processes_hammering_one_rate_are_admitted_within_it(
 ) -> None:
     pids = [spawn_child(_hammer, redis_url, HAMMER_SECONDS) for _ in range(PROCESSES)]
     assert wait_children(pids) == [0] * PROCESSES
-    times = sorted(int(t) for t in redis_client.lrange("admitted", 0, -1) if t != b"none")
-    # Never above rate + burst in a second; near it: the processes kept the rate busy.
-    assert CALLS_PER_SECOND <= most_in_a_window(times, 1_000_000) <= CALLS_PER_SECOND + BURST
+    attempts = [
+        (int(moment), admitted == b"1")
+        for moment, admitted in (a.split(b":") for a in redis_client.lrange("attempts", 0, -1))
+    ]
+    # Every call decided as the algorithm decides it: none refused while a turn was free,
+    # none admitted early, however busy the machine kept the processes.
+    assert conforming(attempts) == []
+    times = sorted(moment for moment, admitted in attempts if admitted)
+    assert len(times) < len(attempts)  # the rate was contended
+    assert most_in_a_window(times, 1_000_000) <= CALLS_PER_SECOND + BURST
     span = (times[-1] - times[0]) / 1e6  # the children start at different times
     assert len(times) <= CALLS_PER_SECOND * span + BURST + 1
+
+
+def test_conforming_finds_a_refusal_with_a_free_turn_and_an_early_admission() -> None:
+    interval = 1_000_000 // CALLS_PER_SECOND
+    burst = [(0, True)] * (BURST + 1) + [(1, False)]
+    assert conforming([*burst, (interval, True)]) == []
+    assert len(conforming([*burst, (interval + 10, False)])) == 1
+    assert len(conforming([*burst, (interval - 10, True)])) == 1
 
 
 def test_most_in_a_window_counts_a_half_open_window() -> None:
