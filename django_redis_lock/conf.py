@@ -36,6 +36,7 @@ DEFAULTS: dict[str, Any] = {
     "METRICS_REGISTRY": None,
     "METRICS_OTHER": "other",
     "METRICS_MAX_LABELS": 1000,
+    "CLUSTER_WAKE_UPS": "auto",
 }
 
 
@@ -190,6 +191,14 @@ class LockSettings:
     #: logged the first time. Another value is an error of the system check (``E015``), and
     #: the default applies, with an error logged.
     METRICS_MAX_LABELS = _Setting[int]()
+    #: ``"auto"`` or ``"classic"``. How waiters on a Redis Cluster are woken. ``"auto"``:
+    #: with sharded pub/sub where every primary has it (Redis 7+, Valkey), so that a hand-over's
+    #: message stays on the lock's shard, else with classic ``PUBLISH``, which the cluster bus
+    #: carries to every node. ``"classic"``: always classic, while processes of an older
+    #: django_redis_lock share the cluster (their releases wake waiters classically only).
+    #: Another value is an error of the system check (``E018``); ``"auto"`` applies.
+    #: Only cluster caches read it; ``manage.py locks doctor`` says which way a cache wakes.
+    CLUSTER_WAKE_UPS = _Setting[str]()
 
     @property
     def tombstone_ms(self) -> int:

@@ -223,7 +223,7 @@ def forge(client: redis.Redis, name: str, *, key: bytes | str | None = None, **f
 def listen(alias: str | None = None, url: str | None = None) -> None:
     """Start this process's listener for grants on ``alias`` and return once Redis (at
     ``url``, default the session's) has its subscription (as after the process's first wait)."""
-    listener = runtime().listener(runtime().backend(alias))
+    listener = runtime().one_listener(runtime().backend(alias))
     listener.start()
     with redis.Redis.from_url(url or os.environ["REDIS_URL"]) as client:
         wait_until(lambda: client.pubsub_numsub(listener.channel)[0][1], timeout=5)

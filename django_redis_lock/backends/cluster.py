@@ -7,8 +7,13 @@ What differs from one server:
 
 - listing reads every primary with SCAN, in slot order, and READs keys one per command (a
   script's keys must share a slot), pipelined per node;
-- grants are PUBLISHed classically, which the cluster bus carries to every node, so the
-  listener subscribes on any one node and moves to another when that one fails;
+- waiters are woken with sharded pub/sub where every primary has it (Redis 7+, Valkey): a
+  waiter's channel is its process's for that lock, in the lock's slot, and the release
+  SPUBLISHes the grant there, so the message stays on the lock's shard
+  (``runtime/shards.py`` subscribes on the node that owns the slot). Where a primary lacks
+  it, or REDIS_LOCK["CLUSTER_WAKE_UPS"] is "classic", grants are PUBLISHed classically,
+  which the cluster bus carries to every node, and the listener subscribes on any one node
+  and moves to another when that one fails;
 - the asyncio client is a cluster client of its own, built from the sync one's nodes and
   options (django-valkey has none for a cluster);
 - ``WAIT`` cannot go in one pipeline with a script here (a cluster pipeline sends a keyless
@@ -29,7 +34,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from django_redis_lock import scripts
 from django_redis_lock.backends import errors
-from django_redis_lock.backends.base import connection_of, flat_lists
+from django_redis_lock.backends.base import LockKeys, connection_of, flat_lists
 from django_redis_lock.backends.clients import (
     Client,
     library_class,
@@ -38,7 +43,11 @@ from django_redis_lock.backends.clients import (
     refuse_async,
 )
 from django_redis_lock.backends.single import LockBackend
+from django_redis_lock.conf import lock_settings
 from django_redis_lock.scripts import ScriptName
+
+#: What starts a waiter's channel that the release SPUBLISHes to (see scripts/queue.py, wake).
+SHARDED_MARK = "\x00"
 
 # The number of hash slots of a cluster.
 _SLOTS = 16384
@@ -65,6 +74,8 @@ class ClusterLockBackend(LockBackend):
         # The nodes known at the start: the client forgets nodes that failed, and would know
         # none after an outage of the whole cluster.
         self._seeds = [(node.host, node.port) for node in client.get_nodes()]
+        # Whether every primary has SPUBLISH: asked at the first wait (None: not known yet).
+        self._sharded: bool | None = None
 
     def read(self, keys: Sequence[str | bytes]) -> list[Any]:
         """READ of ``keys``, one key per command (keys of other slots cannot share a script),
@@ -129,6 +140,48 @@ class ClusterLockBackend(LockBackend):
             self._known(self.client.get_nodes)
             self.client.nodes_manager.initialize()
 
+    def sharded_wake_ups(self) -> bool:
+        """Whether waiters are woken with sharded pub/sub: REDIS_LOCK["CLUSTER_WAKE_UPS"] is
+        "auto" and every primary knows SPUBLISH (Redis 7+, Valkey). Asked once; a cluster that
+        cannot answer now is asked again next time (classic wake-ups meanwhile)."""
+        if lock_settings.CLUSTER_WAKE_UPS == "classic":
+            return False
+        if self._sharded is None:
+            try:
+                self._sharded = all(
+                    _knows_spublish(client) for _, client in self.primaries_by_slot()
+                )
+            except errors.CLIENT:
+                return False
+        return self._sharded
+
+    def wake_channel(self, keys: LockKeys, process_id: str) -> str:
+        """The channel on which waiters of ``keys`` in process ``process_id`` are woken with
+        sharded pub/sub: in the slot of the lock's keys (its text starts as the lock's key
+        does, hash tag included), which a script may SPUBLISH to."""
+        return f"{keys.lock}:wake:{process_id}"
+
+    def node_of(self, channel: str) -> Any:
+        """The primary that serves ``channel``'s slot, as the cluster client knows it now."""
+        return self.client.nodes_manager.get_node_from_slot(self.client.keyslot(channel))
+
+    def note_served(self, channel: str, node: Any) -> None:
+        """``node`` confirmed a subscription in ``channel``'s slot, so it serves that slot:
+        where the client still routes it elsewhere (it learned the slots from a node that had
+        not heard of a failover yet), it routes there from now on, as after a MOVED reply."""
+        if self.node_of(channel).name == node.name:
+            return
+        moved = importlib.import_module(f"{library_of(self.client).__name__}.exceptions")
+        slot = self.client.keyslot(channel)
+        self.client.nodes_manager.update_moved_exception(
+            moved.MovedError(f"{slot} {node.host}:{node.port}")
+        )
+
+    def node_connection(self, node: Any, read_timeout: float) -> Any:
+        """A connection of its own to ``node``, configured like the cluster's connections."""
+        pool = self.client.get_valkey_connection(node).connection_pool
+        return connection_of(pool, read_timeout)
+
     def own_connection(self, read_timeout: float) -> Any:
         """A connection of its own to a node of the cluster, the next one each time: classic
         pub/sub messages reach every node, and a listener whose node failed moves on."""
@@ -157,6 +210,13 @@ class ClusterLockBackend(LockBackend):
                 f"no node of the cluster of cache {self.alias!r} is known"
             )
         return found
+
+
+def _knows_spublish(client: Client) -> bool:
+    """Whether the server of ``client`` has sharded pub/sub (COMMAND INFO of an unknown
+    command answers a nil)."""
+    found = client.execute_command("COMMAND", "INFO", "SPUBLISH")
+    return bool(found) and any(found.values() if isinstance(found, dict) else found)
 
 
 def _async_cluster_options(client: Client) -> dict[str, Any]:

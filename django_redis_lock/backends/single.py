@@ -378,6 +378,11 @@ class LockBackend(ListingReads):
         """Learn the servers again after a call to one of :meth:`primaries` failed (a cluster's
         nodes); a single server or a Sentinel service has nothing to learn."""
 
+    def sharded_wake_ups(self) -> bool:
+        """Whether waiters are woken with sharded pub/sub, on the node of their lock's slot
+        (a cluster's, ``cluster.py``); one server's are woken on one channel per process."""
+        return False
+
     def own_connection(self, read_timeout: float) -> Any:
         """A connection of its own to the primary, configured like the cache's (address,
         auth, TLS, Sentinel) but outside its pool, reading with ``read_timeout``."""

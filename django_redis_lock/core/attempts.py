@@ -127,7 +127,7 @@ def queued_attempts(attempt: Attempt) -> Flow[Acquired | None]:
             return None
         if not listening:
             listening = True
-            yield Listen(args[0])
+            yield Listen(args[0], channel)
         # Wait for the grant until the script's wait ends (the lease, for the first waiter); a
         # nudge (this waiter is first now) moves that end without a request.
         look_again = time.monotonic() + script_wait / 1000 + 0.001

@@ -24,7 +24,7 @@ from django_redis_lock.backends.base import Backend
 from django_redis_lock.core.steps import Call, Flow, Listen, Step, Wait
 from django_redis_lock.exceptions import LockNotReplicated, LockUnavailable
 from django_redis_lock.runtime import runtime
-from django_redis_lock.runtime.listener import CompositeListener, Listener
+from django_redis_lock.runtime.listener import WakeUps
 from django_redis_lock.runtime.tickets import AsyncTicket, SyncTicket
 
 T = TypeVar("T")
@@ -62,7 +62,7 @@ class _Run:
 
     def __init__(self, backend: Backend, flow: Flow[T], what: str) -> None:
         self.backend, self.flow, self.what = backend, flow, what
-        self.listener: Listener | CompositeListener | None = None
+        self.listener: WakeUps | None = None
         self.secret = ""
         self.result: Any = None
 
@@ -78,7 +78,7 @@ class _Run:
         """Start routing grants for the step's secret to ``ticket``."""
         assert isinstance(step, Listen)
         self.listener, self.secret = runtime().listener(self.backend), step.secret
-        self.listener.register(step.secret, ticket)
+        self.listener.register(step.secret, ticket, step.channel)
         self.listener.start()
 
     def close(self) -> None:

@@ -93,7 +93,7 @@ class LockFlows:
         secret, started, self._was_busy = _new_secret(), time.monotonic(), False
         args = [secret, self._timeout_ms, owner, self.label or ""]
         # Where grants for this process arrive: only a waiter queues, and needs one.
-        channel = runtime().listener(self._backend).channel if wait else ""
+        channel = runtime().listener(self._backend).channel_for(self._keys) if wait else ""
         try:
             attempt = Attempt(
                 self._keys,

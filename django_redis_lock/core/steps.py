@@ -26,9 +26,11 @@ class Call(NamedTuple):
 
 
 class Listen(NamedTuple):
-    """Route grants for ``secret`` to this call from now on; None comes back."""
+    """Route grants for ``secret``, queued with ``channel``, to this call from now on; None
+    comes back."""
 
     secret: str
+    channel: str = ""
 
 
 class Wait(NamedTuple):

@@ -23,10 +23,12 @@ from django.dispatch import receiver
 from django_redis_lock import metrics
 from django_redis_lock.backends import backend_for, quorum_backend
 from django_redis_lock.backends.base import Backend, LockKeys
+from django_redis_lock.backends.cluster import ClusterLockBackend
 from django_redis_lock.backends.servers import warn_if_evicting
 from django_redis_lock.backends.single import LockBackend
 from django_redis_lock.conf import lock_settings
-from django_redis_lock.runtime.listener import CompositeListener, Listener
+from django_redis_lock.runtime.listener import CompositeListener, Listener, WakeUps
+from django_redis_lock.runtime.shards import ShardedListener
 from django_redis_lock.runtime.watchdog import Settle, Watchdog
 from django_redis_lock.stats import RecentStats
 from django_redis_lock.validation import MAX_OWNER_LENGTH, Using, shorten, validate_using
@@ -51,7 +53,7 @@ class Runtime:
         self.recent_stats = RecentStats()
         self._backends: dict[str, Backend] = {}
         self._quorums: dict[tuple[str, ...], Backend] = {}
-        self._listeners: dict[Backend, Listener | CompositeListener] = {}
+        self._listeners: dict[Backend, WakeUps] = {}
         # The backends whose servers were looked at for eviction (see for_locks).
         self._looked: set[Backend] = set()
         # for_locks() of the REDIS_LOCK CACHE, once looked at: the call of every lock(). A
@@ -101,9 +103,10 @@ class Runtime:
             aliases, self.backend, settle_call, lambda member: self.one_listener(member).channel
         )
 
-    def listener(self, backend: Backend) -> Listener | CompositeListener:
+    def listener(self, backend: Backend) -> WakeUps:
         """This process's listener for grants on ``backend`` (its threads start on demand): of
-        one server, its own; of a backend over several, theirs together."""
+        one server, its own; of a cluster with sharded pub/sub, one over its shards; of a
+        backend over several, theirs together."""
         return self._once(self._listeners, backend, self._new_listener)
 
     def one_listener(self, backend: Backend) -> Listener:
@@ -113,8 +116,12 @@ class Runtime:
             raise TypeError(f"{backend!r} listens on several servers.")
         return listener
 
-    def _new_listener(self, backend: Backend) -> Listener | CompositeListener:
+    def _new_listener(self, backend: Backend) -> WakeUps:
         parts = list(backend.listens_on())
+        sharded = isinstance(backend, ClusterLockBackend) and backend.sharded_wake_ups()
+        if parts == [backend] and sharded:
+            assert isinstance(backend, ClusterLockBackend)
+            return ShardedListener(backend)
         if parts == [backend] and isinstance(backend, LockBackend):
             return Listener(backend)
         return CompositeListener([self.one_listener(part) for part in parts])

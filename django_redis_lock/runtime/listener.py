@@ -21,20 +21,25 @@ REDIS_LOCK["HANDOVER_LEASE"]); the attempt finds the lock already handed to its 
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import logging
 import threading
 import time
 import uuid
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from django_redis_lock.backends import errors
-from django_redis_lock.backends.base import text_of
+from django_redis_lock.backends.base import LockKeys, text_of
 from django_redis_lock.backends.single import LockBackend
 from django_redis_lock.backends.wire import NOTHING, Replies, replies_of
-from django_redis_lock.runtime.tickets import Grant, Nudge, SyncTicket, Ticket
+from django_redis_lock.runtime.tickets import (
+    Grant,
+    SyncTicket,
+    Ticket,
+    Unclaimed,
+    parse_message,
+)
 
 logger = logging.getLogger("django_redis_lock")
 
@@ -50,8 +55,34 @@ _HEALTH_SECONDS = 5.0
 # (it ends when it finds none), and a waiter should hear of a new primary within a second.
 _FIRST_BACKOFF_SECONDS = 0.1
 _MAX_BACKOFF_SECONDS = 0.5
-# Messages kept for waiters that have not registered yet; the oldest go first.
-_MAX_UNCLAIMED = 1000
+# Replies read without waiting when the thread takes the connection back, at most.
+_MAX_CATCH_UP = 1000
+
+
+class WakeUps(Protocol):
+    """What a waiter's flow uses of the listener of its backend: :class:`Listener` (one
+    server), :class:`CompositeListener` (a quorum's servers) or ``shards.ShardedListener``
+    (a cluster with sharded pub/sub)."""
+
+    def channel_for(self, keys: LockKeys) -> str:
+        """The channel a waiter of ``keys`` queues with, for the release to wake it on."""
+        ...
+
+    def register(self, secret: str, ticket: Ticket, channel: str = "") -> None:
+        """Route grants for ``secret`` (queued with ``channel``) to ``ticket``."""
+        ...
+
+    def unregister(self, secret: str) -> None:
+        """Stop routing grants for ``secret``."""
+        ...
+
+    def start(self) -> None:
+        """Start reading, unless it does already."""
+        ...
+
+    def stop(self) -> None:
+        """Stop for good: the backend is dropped."""
+        ...
 
 
 class _PrimaryMoved(Exception):
@@ -72,7 +103,7 @@ class Listener:
         self.channel = backend.channel(uuid.uuid4().hex)
         self._tickets: dict[str, Ticket] = {}
         # Messages that came before their waiter registered (it does after its queued attempt).
-        self._unclaimed: collections.OrderedDict[str, Grant | Nudge] = collections.OrderedDict()
+        self._unclaimed = Unclaimed()
         self._mutex = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -99,12 +130,19 @@ class Listener:
         # What a reading waiter met on the connection, for the thread to act on.
         self._failure: BaseException | None = None
 
-    def register(self, secret: str, ticket: Ticket, *, read: bool = True) -> None:
-        """Route grants for ``secret`` to ``ticket`` until :meth:`unregister`. A thread's
-        ticket may read the connection itself (``read``); any other needs the thread."""
+    def channel_for(self, keys: LockKeys) -> str:
+        """The channel a waiter queues with: this process's, whatever the lock."""
+        return self.channel
+
+    def register(
+        self, secret: str, ticket: Ticket, channel: str = "", *, read: bool = True
+    ) -> None:
+        """Route grants for ``secret`` to ``ticket`` until :meth:`unregister` (``channel``:
+        this listener's own). A thread's ticket may read the connection itself (``read``);
+        any other needs the thread."""
         with self._mutex:
             self._tickets[secret] = ticket
-            early = self._unclaimed.pop(secret, None)
+            early = self._unclaimed.claim(secret)
         if read and isinstance(ticket, SyncTicket):
             ticket.reader = self
         else:
@@ -274,7 +312,7 @@ class Listener:
         failure, self._failure = self._failure, None
         if failure is not None:
             raise failure
-        for _ in range(_MAX_UNCLAIMED):  # what came meanwhile, without waiting
+        for _ in range(_MAX_CATCH_UP):  # what came meanwhile, without waiting
             if not self._step(connection, 0):
                 break
         return True
@@ -332,24 +370,18 @@ class Listener:
     def _dispatch(self, data: bytes | str) -> None:
         """``secret:token:acquired_at`` hands a lock over; ``secret:lease_ms`` nudges."""
         text = text_of(data)
-        secret, *numbers = text.split(":")
-        try:
-            if len(numbers) == 2:
-                message: Grant | Nudge = Grant(int(numbers[0]), int(numbers[1]))
-            else:
-                message = Nudge(*map(int, numbers))
-        except (TypeError, ValueError):
+        parsed = parse_message(text)
+        if parsed is None:
             logger.warning("Ignored a malformed message on %s: %r", self.channel, text[:100])
             return
+        secret, message = parsed
         with self._mutex:
             if isinstance(message, Grant):
                 ticket = self._tickets.pop(secret, None)
             else:
                 ticket = self._tickets.get(secret)
-            if ticket is None and not isinstance(self._unclaimed.get(secret), Grant):
-                self._unclaimed[secret] = message
-                while len(self._unclaimed) > _MAX_UNCLAIMED:
-                    self._unclaimed.popitem(last=False)
+            if ticket is None:
+                self._unclaimed.keep(secret, message)
         if ticket is not None:
             ticket.wake(message)
 
@@ -372,7 +404,10 @@ class CompositeListener:
     def __init__(self, listeners: Sequence[Listener]) -> None:
         self._listeners = tuple(listeners)
 
-    def register(self, secret: str, ticket: Ticket) -> None:
+    def channel_for(self, keys: LockKeys) -> str:
+        return self.channel
+
+    def register(self, secret: str, ticket: Ticket, channel: str = "") -> None:
         for listener in self._listeners:
             listener.register(secret, ticket, read=False)
 

@@ -4,6 +4,7 @@ again" (see ``runtime.listener``)."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import threading
 from typing import NamedTuple, Protocol
@@ -24,6 +25,39 @@ class Nudge(NamedTuple):
 
 #: What wakes a waiter: its grant, a nudge, or None (time is up, or look again).
 Message = Grant | Nudge | None
+
+# Messages kept for waiters that have not registered yet; the oldest go first.
+_MAX_UNCLAIMED = 1000
+
+
+def parse_message(text: str) -> tuple[str, Grant | Nudge] | None:
+    """A published wake-up and the secret it is for: ``secret:token:acquired_at`` hands a
+    lock over, ``secret:lease_ms`` nudges; None for anything else (someone else's text)."""
+    secret, *numbers = text.split(":")
+    try:
+        if len(numbers) == 2:
+            return secret, Grant(int(numbers[0]), int(numbers[1]))
+        return secret, Nudge(*map(int, numbers))
+    except (TypeError, ValueError):
+        return None
+
+
+class Unclaimed:
+    """Messages that came before their waiter registered (it does after its queued
+    attempt), the newest :data:`_MAX_UNCLAIMED` of them; a grant is never replaced by a
+    nudge. Not thread-safe: its listener's mutex guards it."""
+
+    def __init__(self) -> None:
+        self._kept: collections.OrderedDict[str, Grant | Nudge] = collections.OrderedDict()
+
+    def keep(self, secret: str, message: Grant | Nudge) -> None:
+        if not isinstance(self._kept.get(secret), Grant):
+            self._kept[secret] = message
+            while len(self._kept) > _MAX_UNCLAIMED:
+                self._kept.popitem(last=False)
+
+    def claim(self, secret: str) -> Grant | Nudge | None:
+        return self._kept.pop(secret, None)
 
 
 class _Inbox:

@@ -20,7 +20,10 @@ Every lock has four keys sharing one Redis Cluster hash tag (see ``backends.base
 
 Release hands the lock straight to the first live waiter and PUBLISHes the grant on that
 waiter's process channel as ``secret:token:acquired_at``, so the next holder needs no round
-trip of its own. The first waiter is the one that watches for a holder that died: it looks
+trip of its own. On a Redis 7+ cluster the channel is the waiter's process's for that lock, in
+the lock's slot, and marked with a leading NUL byte: the grant goes out with SPUBLISH, to the
+lock's shard only (``runtime/shards.py``).
+The first waiter is the one that watches for a holder that died: it looks
 again when the lease ends. The others look again every ``NEXT_WAITER_SLICE_MS`` (four fifths
 of the hand-over lease), so the waiter that becomes first after a hand-over looks at the new
 lease in time anyway; only when it would not (a lease shorter than that) is it sent

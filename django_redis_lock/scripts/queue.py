@@ -58,6 +58,18 @@ end
 
 #: The queue's helpers (waiter entries, the queue's order), which semaphores' scripts share.
 QUEUE_PRELUDE_LUA = """
+-- Tell a waiter's process: on its channel, or, for a channel that starts with a NUL byte, on
+-- the rest of it with sharded pub/sub (a Redis 7+ cluster: the message stays on this shard;
+-- the channel is in this script's slot). pcall: a server without SPUBLISH frees the lock all
+-- the same, and its waiter looks again at the end of its wait.
+local function wake(channel, message)
+  if string.byte(channel, 1) == 0 then
+    redis.pcall('SPUBLISH', string.sub(channel, 2), message)
+  else
+    redis.call('PUBLISH', channel, message)
+  end
+end
+
 -- Whether a decoded waiter entry is one these scripts write: anything else (another program's
 -- value in the waiters hash) is dropped as a dead waiter, never an error for every caller.
 local function waiter(entry)
@@ -90,7 +102,7 @@ end
 local function nudge_first(queue, waiters, now_ms, lease_ms)
   local secret, entry = first_live(queue, waiters, now_ms)
   if secret and not (entry.w and lease_ms >= 0 and entry.w <= now_ms + lease_ms) then
-    redis.call('PUBLISH', entry.c, secret .. ':' .. string.format('%d', math.max(lease_ms, 0)))
+    wake(entry.c, secret .. ':' .. string.format('%d', math.max(lease_ms, 0)))
   end
 end
 
@@ -104,8 +116,7 @@ local function hand_over(lock, queue, waiters, now, last, released, head)
   redis.call('HDEL', waiters, secret)
   local lease = math.min(entry.t, HANDOVER_LEASE_MS)
   local token = grant(lock, secret, lease, entry.o, entry.l, now, last, released)
-  redis.call('PUBLISH', entry.c, secret .. ':' .. string.format('%d', token) .. ':' ..
-             string.format('%d', now))
+  wake(entry.c, secret .. ':' .. string.format('%d', token) .. ':' .. string.format('%d', now))
   -- The next waiter was never first, so it looks again within NEXT_WAITER_SLICE_MS anyway:
   -- only a shorter lease needs telling. The grant reaches its waiter when this script ends.
   -- (A server clock that stepped back can reorder the queue: a waiter may then look again

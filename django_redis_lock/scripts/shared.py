@@ -119,8 +119,7 @@ local function serve(key, queue, waiters, now)
     redis.call('HDEL', waiters, secret)
     local lease = math.min(entry.t, HANDOVER_LEASE_MS)
     local token = grant(key, secret, lease, entry.o, entry.l, kind, now)
-    redis.call('PUBLISH', entry.c, secret .. ':' .. string.format('%d', token) .. ':' ..
-               string.format('%d', now))
+    wake(entry.c, secret .. ':' .. string.format('%d', token) .. ':' .. string.format('%d', now))
     n, served = n + 1, served + 1
     if kind == 'w' then writer = true end
     if not soonest or now_ms + lease < soonest then soonest = now_ms + lease end

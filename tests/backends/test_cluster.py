@@ -10,7 +10,6 @@ import io
 import json
 import re
 import time
-from collections.abc import Iterator
 from functools import partial
 from typing import Any
 
@@ -37,7 +36,7 @@ from django_redis_lock.ops.manager import LockManager
 from django_redis_lock.runtime import runtime
 from testproject.cluster import ClusterTopology
 from testproject.topology import call
-from tests.docs.examples import example_settings
+from tests.backends.conftest import cluster_caches
 from tests.helpers import (
     SyncDriver,
     doctor,
@@ -58,31 +57,6 @@ from tests.rate.scenarios import (
 pytestmark = pytest.mark.slow
 
 CHANGELIST = "/admin/django_redis_lock/lock/"
-
-
-def cluster_caches(url: str) -> dict[str, Any]:
-    """The "default" alias on the cluster: the documentation's "locks" alias (its example
-    settings_cluster.py, with the test cluster's address)."""
-    found = example_settings("settings_cluster", {"10.0.0.1:6379": url.partition("://")[2]})
-    assert found["REDIS_LOCK"] == {"CACHE": "locks"}
-    return {"default": found["CACHES"]["locks"]}
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[ClusterTopology]:
-    # As the documentation advises: the other primaries serve on while a failed one's slots wait.
-    with ClusterTopology(full_coverage=False) as started:
-        yield started
-
-
-@pytest.fixture
-def on_cluster(cluster: ClusterTopology) -> Iterator[ClusterTopology]:
-    """The "default" cache on the cluster; every primary emptied afterwards."""
-    with override_settings(CACHES=cluster_caches(cluster.url)):
-        yield cluster
-    for server in cluster.primaries():
-        with valkey.Valkey(server.host, server.port) as client:
-            client.flushall()
 
 
 def holder_of(cluster: ClusterTopology, name: str) -> int:

@@ -125,7 +125,7 @@ def queued(topology: SentinelTopology, name: str, count: int = 1) -> None:
 
 def subscribed_on(topology: SentinelTopology) -> bool:
     """Whether this process's listener is subscribed on the current primary."""
-    channel = runtime().listener(runtime().backend()).channel
+    channel = runtime().one_listener(runtime().backend()).channel
     primary = topology.primary()
     with redis.Redis(primary.host, primary.port) as client:
         return bool(client.pubsub_numsub(channel)[0][1])

@@ -30,7 +30,7 @@ def test_no_waiter_no_reconnects_and_no_warning(
     redis_server: RedisServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     listen()
-    channel = runtime().listener(runtime().backend()).channel
+    channel = runtime().one_listener(runtime().backend()).channel
     caplog.set_level(logging.DEBUG, logger="django_redis_lock")
     redis_server.kill()
     redis_server.start()

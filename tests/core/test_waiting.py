@@ -441,7 +441,7 @@ def test_only_the_first_waiter_looks_again_when_a_renewed_lease_ends(
 def test_the_listener_comes_back_quickly_however_often_it_was_cut_off(
     redis_client: redis.Redis, busy_events: threading.Semaphore
 ) -> None:
-    channel = runtime().listener(runtime().backend()).channel
+    channel = runtime().one_listener(runtime().backend()).channel
 
     def subscribed() -> bool:
         return bool(redis_client.pubsub_numsub(channel)[0][1])

@@ -10,6 +10,7 @@ import time
 import redis
 
 from django_redis_lock import rate_limit
+from django_redis_lock.backends.base import text_of
 from tests.helpers import PATIENT_SECONDS, spawn_child, wait_children
 
 PROCESSES = 6
@@ -62,10 +63,8 @@ def test_processes_hammering_one_rate_are_admitted_within_it(
 ) -> None:
     pids = [spawn_child(_hammer, redis_url, HAMMER_SECONDS) for _ in range(PROCESSES)]
     assert wait_children(pids) == [0] * PROCESSES
-    attempts = [
-        (int(moment), admitted == b"1")
-        for moment, admitted in (a.split(b":") for a in redis_client.lrange("attempts", 0, -1))
-    ]
+    logged = [text_of(each).split(":") for each in redis_client.lrange("attempts", 0, -1)]
+    attempts = [(int(moment), admitted == "1") for moment, admitted in logged]
     # Every call decided as the algorithm decides it: none refused while a turn was free,
     # none admitted early, however busy the machine kept the processes.
     assert conforming(attempts) == []
