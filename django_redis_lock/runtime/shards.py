@@ -144,10 +144,10 @@ class ShardedListener:
             self._forget(secret)
 
     def start(self) -> None:
-        """Start the thread unless it runs already."""
+        """Start the thread unless it runs already, or the listener was stopped for good."""
         with self._mutex:
-            if self._thread is None or not self._thread.is_alive():
-                self._stop.clear()
+            idle = self._thread is None or not self._thread.is_alive()
+            if idle and not self._stop.is_set():
                 self._thread = threading.Thread(
                     target=self._run, name="django_redis_lock-shards", daemon=True
                 )

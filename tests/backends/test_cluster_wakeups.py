@@ -15,7 +15,7 @@ from django.test.utils import override_settings
 
 from django_redis_lock import Lock, leader, lock, rwlock, semaphore
 from django_redis_lock.backends.cluster import SHARDED_MARK, ClusterLockBackend
-from django_redis_lock.runtime import runtime
+from django_redis_lock.runtime import runtime, shards
 from django_redis_lock.runtime.shards import ShardedListener
 from testproject.cluster import ClusterTopology, info_cluster, keyslot
 from testproject.redis_server import RedisServer
@@ -80,7 +80,9 @@ def _queued(name: str) -> Callable[[], Any]:
 
 def _waiting_behind(name: str) -> tuple[Lock, Lock, Future[tuple[bool, float]]]:
     """A holder of ``name``, and a waiter queued behind it in a thread: (holder, waiter, the
-    waiter's (acquired, when))."""
+    waiter's (acquired, when)). The process waited on ``name`` once before, so that the
+    channel is subscribed already: the waiter does not look again when it is confirmed."""
+    _waited_on([name])
     holder = lock(name, timeout=HOLD_SECONDS, auto_renew=False)
     assert holder.acquire()
     waiter = lock(name, blocking_timeout=HOLD_SECONDS, auto_renew=False)
@@ -306,3 +308,72 @@ def test_a_waiter_waiting_through_a_failover_is_woken_by_the_release_on_the_new_
     finally:
         if not old.running:
             on_cluster.restart(old)
+
+
+def _waited_on(names: list[str]) -> None:
+    """This process waits once on each of ``names``, in order (a hand-over each)."""
+    for name in names:
+        holder = lock(name, timeout=HOLD_SECONDS, auto_renew=False)
+        assert holder.acquire()
+        waiter = lock(name, blocking_timeout=HOLD_SECONDS, auto_renew=False)
+        assert _woken_after_release(waiter.acquire, holder.release, _queued(name)) < HOLD_SECONDS
+        waiter.release()
+
+
+def _subscribers(cluster: ClusterTopology, name: str, channel: str) -> int:
+    return shard_subscribers(cluster.primary_of(keys(name).lock), channel)
+
+
+def test_idle_channels_are_kept_up_to_a_bound_then_let_go(
+    on_cluster: ClusterTopology, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(shards, "IDLE_CHANNELS", 2)
+    listener = runtime().listener(runtime().backend())
+    assert isinstance(listener, ShardedListener)
+    names = [f"sharded:idle:{number}" for number in range(3)]
+    channels = [listener.channel_for(keys(name))[1:] for name in names]
+    _waited_on(names[:2])
+    # Both kept after their waiters left: the next wait on them needs no subscription.
+    assert [_subscribers(on_cluster, n, c) for n, c in zip(names[:2], channels, strict=False)] == [
+        1,
+        1,
+    ]
+    _waited_on(names[2:])
+    wait_for(
+        "the least lately used idle channel to be let go",
+        lambda: _subscribers(on_cluster, names[0], channels[0]) == 0 or None,
+        10,
+    )
+    assert _subscribers(on_cluster, names[1], channels[1]) == 1
+    assert _subscribers(on_cluster, names[2], channels[2]) == 1
+
+
+def test_someone_elses_text_on_a_wake_up_channel_is_ignored(
+    on_cluster: ClusterTopology, caplog: pytest.LogCaptureFixture
+) -> None:
+    name = "sharded:garbage"
+    holder, waiter, result = _waiting_behind(name)
+    channel = _entry_channel(on_cluster, name)[1:]
+    server = on_cluster.primary_of(keys(name).lock)
+    for junk in ("nonsense", "a:b:c:d", "secret:x", "\xff"):
+        call(server.host, server.port, "SPUBLISH", channel, junk)
+    wait_until(lambda: "Ignored a malformed wake-up message" in caplog.text, timeout=10)
+    _woken_by_the_release(holder, waiter, result, lambda: shard_subscribers(server, channel))
+
+
+def test_the_thread_hangs_up_once_nobody_waited_for_a_while(
+    on_cluster: ClusterTopology, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(shards, "_IDLE_SECONDS", 0.2)
+    name = "sharded:retire"
+    _waited_on([name])
+    listener = runtime().listener(runtime().backend())
+    assert isinstance(listener, ShardedListener)
+    channel = listener.channel_for(keys(name))[1:]
+    wait_for(
+        "the idle thread to hang up",
+        lambda: _subscribers(on_cluster, name, channel) == 0 or None,
+        10,
+    )
+    # A new wait starts it again.
+    _waited_on([name])
