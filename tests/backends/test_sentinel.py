@@ -14,6 +14,8 @@ from collections.abc import Iterator
 from concurrent.futures import Future
 from typing import Any
 
+import django_redis.pool
+import django_valkey.pool  # type: ignore[import-untyped]
 import pytest
 import redis
 from django.core.checks import run_checks
@@ -67,6 +69,9 @@ def sentinel_caches(sentinels: list[tuple[str, int]], kind: str) -> dict[str, An
 @pytest.fixture(scope="module")
 def topology() -> Iterator[SentinelTopology]:
     with SentinelTopology(service=SERVICE) as started:
+        # django-redis keeps one pool per URL for the whole process, sentinels included: one
+        # made for an earlier topology of this service would ask sentinels long gone.
+        django_redis.pool.ConnectionFactory._pools.clear()
         yield started
 
 
@@ -74,6 +79,11 @@ def topology() -> Iterator[SentinelTopology]:
 def on_sentinel(request: pytest.FixtureRequest, topology: SentinelTopology) -> Iterator[str]:
     """The "default" cache on the topology, through each client in turn; the topology made
     whole and emptied afterwards."""
+    # django-redis and django-valkey keep one pool per URL for the whole process, sentinels
+    # included: one made for an earlier topology of this service would ask sentinels long
+    # gone. Neither has a public way to forget them.
+    django_redis.pool.ConnectionFactory._pools.clear()
+    django_valkey.pool.BaseConnectionFactory._pools.clear()
     with override_settings(CACHES=sentinel_caches(topology.sentinel_addresses, request.param)):
         wait_until(_answers, timeout=15, step=0.1)  # sentinels and primary ready for locks
         yield request.param
