@@ -59,6 +59,21 @@ def metrics_max_labels(value: object) -> int:
     return value
 
 
+#: The values of REDIS_LOCK["CLUSTER_WAKE_UPS"].
+WAKE_UPS = ("auto", "classic")
+
+
+def cluster_wake_ups(value: object) -> str:
+    """REDIS_LOCK["CLUSTER_WAKE_UPS"] as both the system check (E018) and cluster caches read
+    it: "auto" or "classic"; anything else a ValueError naming the setting and the value, for
+    which "auto" applies (:attr:`LockSettings.wake_ups`)."""
+    if not isinstance(value, str) or value not in WAKE_UPS:
+        raise ValueError(
+            f'REDIS_LOCK[\'CLUSTER_WAKE_UPS\'] must be "auto" or "classic", not {value!r}.'
+        )
+    return value
+
+
 class _Setting(Generic[T]):
     """A key of REDIS_LOCK, read at access time, typed for its readers."""
 
@@ -87,6 +102,7 @@ class LockSettings:
     _stats: str | None
     _metrics: bool | None
     _max_labels: int | None
+    _wake_ups: str | None
 
     def __init__(self) -> None:
         self.forget()
@@ -101,6 +117,7 @@ class LockSettings:
         self._stats = None
         self._metrics = None
         self._max_labels = None
+        self._wake_ups = None
 
     def get(self, key: str) -> Any:
         """The configured value of ``key``, else its default."""
@@ -268,6 +285,18 @@ class LockSettings:
                 self._max_labels = int(DEFAULTS["METRICS_MAX_LABELS"])
                 logger.error("%s Lock metrics use %d.", exc, self._max_labels)
         return self._max_labels
+
+    @property
+    def wake_ups(self) -> str:
+        """CLUSTER_WAKE_UPS, read once by :func:`cluster_wake_ups`: for a value it refuses,
+        "auto" (an error logged)."""
+        if self._wake_ups is None:
+            try:
+                self._wake_ups = cluster_wake_ups(self.CLUSTER_WAKE_UPS)
+            except ValueError as exc:
+                self._wake_ups = str(DEFAULTS["CLUSTER_WAKE_UPS"])
+                logger.error("%s Cluster caches wake waiters as with %r.", exc, self._wake_ups)
+        return self._wake_ups
 
     def replication(self) -> tuple[int, int]:
         """WAIT_REPLICAS, and WAIT_TIMEOUT in milliseconds, checked (errors name the setting)."""

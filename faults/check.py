@@ -62,6 +62,7 @@ class Result:
     locked_out: bool = False
     demoted_after: float | None = None
     missing: list[str] = field(default_factory=list)  # what the scenario shows, not seen
+    wake_ups: list[str] = field(default_factory=list)  # how the workers' waiters were woken
     violations: list[str] = field(default_factory=list)
 
     @property
@@ -164,6 +165,8 @@ def check(outcome: Outcome, *, demand_shows: bool = True) -> Result:
             result.lost += 1
         elif event.kind == "error":
             result.errors.append(event.detail)
+        elif event.kind == "ready" and event.detail not in ("", *result.wake_ups):
+            result.wake_ups.append(event.detail)
     for fault in outcome.faults:
         victim = re.search(r"\bpid (\d+)", fault.detail) if fault.kind in HOLDER_FAULTS else None
         after = fault.start if victim else fault.end

@@ -204,15 +204,19 @@ finished by the watchdog on the new primary, where it may hand the lock to the q
 a waiter that gave up while the primary was down: nobody uses that grant, so the lock stays
 held until the entry's lease ends, and the live waiters try again at the end of their wait
 slice. That is why *recovery s* can reach seconds after the cluster is whole, and the bound
-is the lease plus the blocking timeout, not the node timeout alone.
+is the lease plus the blocking timeout, not the node timeout alone. With sharded wake-ups (the
+scenario's options say which way its workers' waiters were woken) the workers' listeners are
+subscribed on that primary: they subscribe again on the replica once it serves the slot, and
+the release there wakes the waiter it hands the lock to.
 
 ``cluster-other-primary-kill`` kills a primary that does not serve the lock, the one the
-workers' wake-up listeners are subscribed on when it is one. With Redis's default
+workers' wake-up listeners are subscribed on when it is one (with classic wake-ups, which
+listen on any node; sharded ones listen on the lock's primary). With Redis's default
 ``cluster-require-full-coverage yes`` every node, the lock's own primary included, refuses
 commands (``CLUSTERDOWN``) from the moment the failed primary is flagged until its replica is
 elected, so sections pause for about that long (*pause s*). In
 ``cluster-other-primary-kill-partial`` the nodes run with ``cluster-require-full-coverage no``:
-sections go on through the failure, and the listeners move to another node.
+sections go on through the failure, and classic listeners move to another node.
 
 Quorum locks
 ------------
@@ -269,6 +273,7 @@ def _scenarios(results: list[Result]) -> str:
         options.append(f"WAIT_REPLICAS {scenario.wait_replicas}")
         if scenario.lease != LEASE:
             options.append(f"lease {scenario.lease:g} s")
+        options += result.wake_ups  # a cluster's: "sharded wake-ups" (each worker's)
         seen = "as promised" if result.passed else "VIOLATED: " + "; ".join(result.violations)
         if result.missing:
             seen += f" (not seen: {', '.join(result.missing)})"

@@ -135,6 +135,8 @@ def main() -> int:
             violations = [*violations, *checked.violations]
         verdict = "FAIL: " + "; ".join(violations) if violations else "ok"
         print(f"faults: {scenario.name}: {seconds:.1f} s, {verdict}", file=sys.stderr)
+        if isinstance(scenario, Scenario) and results[-1].wake_ups:  # a cluster's
+            print(f"faults: {scenario.name}: {', '.join(results[-1].wake_ups)}", file=sys.stderr)
         if checked is not None:
             print(f"faults: {scenario.name}: history: {checked.summary()}", file=sys.stderr)
     if results:

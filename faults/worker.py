@@ -48,6 +48,19 @@ def lock_key() -> str:
     return runtime().backend().keys_for(NAME).lock
 
 
+def wake_ups() -> str:
+    """How this process's waiters are woken, as its "ready" event says (the report shows it):
+    on a cluster, by sharded pub/sub or classic PUBLISH (asked of the backend the locks use);
+    elsewhere "" (one way only)."""
+    from django_redis_lock.backends.cluster import ClusterLockBackend
+    from django_redis_lock.runtime import runtime
+
+    backend = runtime().backend()
+    if not isinstance(backend, ClusterLockBackend):
+        return ""
+    return "sharded wake-ups" if backend.sharded_wake_ups() else "classic wake-ups"
+
+
 def history_of(store_path: Path, index: int) -> History:
     """This worker incarnation's history: process "<index>:<pid>" (a restarted worker is a new
     process)."""
@@ -197,7 +210,7 @@ def main(argv: list[str]) -> None:
     store = Store(store_path)
     history = history_of(store_path, index)
     worker = Worker(store, history, index, variant, lease, work, blocking_timeout)
-    store.event(index, "ready")
+    store.event(index, "ready", wake_ups())
     while not stop_file.exists():
         worker.one_pass()
     store.event(index, "exit")

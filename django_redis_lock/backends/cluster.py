@@ -143,17 +143,26 @@ class ClusterLockBackend(LockBackend):
     def sharded_wake_ups(self) -> bool:
         """Whether waiters are woken with sharded pub/sub: REDIS_LOCK["CLUSTER_WAKE_UPS"] is
         "auto" and every primary knows SPUBLISH (Redis 7+, Valkey). Asked once; a cluster that
-        cannot answer now is asked again next time (classic wake-ups meanwhile)."""
-        if lock_settings.CLUSTER_WAKE_UPS == "classic":
+        cannot answer now is asked again next time (classic wake-ups meanwhile). A setting
+        the system check refuses (E018) reads as "auto", with an error logged."""
+        if lock_settings.wake_ups == "classic":
             return False
         if self._sharded is None:
             try:
-                self._sharded = all(
-                    _knows_spublish(client) for _, client in self.primaries_by_slot()
-                )
+                self._sharded = not self.without_spublish()
             except errors.CLIENT:
                 return False
         return self._sharded
+
+    def without_spublish(self) -> list[str]:
+        """The primaries (host:port) that have no sharded pub/sub (Redis before 7), asked now:
+        while there is one, grants are PUBLISHed classically. A client error when the cluster
+        cannot answer."""
+        return [
+            f"{node.host}:{node.port}"
+            for node in self._known(self.client.get_primaries)
+            if not _knows_spublish(self.client.get_valkey_connection(node))
+        ]
 
     def wake_channel(self, keys: LockKeys, process_id: str) -> str:
         """The channel on which waiters of ``keys`` in process ``process_id`` are woken with

@@ -15,7 +15,7 @@ from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django_redis_lock.checks import fencing  # noqa: F401  (registers its check)
 from django_redis_lock.checks.caches import check_caches, refusal
 from django_redis_lock.checks.metrics import check_metrics
-from django_redis_lock.conf import DEFAULTS
+from django_redis_lock.conf import DEFAULTS, cluster_wake_ups
 from django_redis_lock.validation import (
     handover_lease_ms,
     seconds_to_ms,
@@ -52,6 +52,7 @@ CHECKS: dict[str, str] = {
     "that is not in CACHES (one decorated after is refused as it decorates).",
     "E017": "@locked(rate=...) rate limits on REDIS_LOCK['CACHE'] when it is a quorum, which "
     "cannot hold rate limits.",
+    "E018": 'CLUSTER_WAKE_UPS is not "auto" or "classic".',
     "W001": "REDIS_LOCK has a key this app does not know (a misspelling?).",
     "W002": "The lock cache's KEY_FUNCTION hides key text: held locks cannot be listed.",
     "W003": "The lock cache sets no socket timeout.",
@@ -169,6 +170,13 @@ def _check_values(options: dict[str, Any]) -> list[CheckMessage]:
         why = refusal(validate_flag, options[key], f"REDIS_LOCK[{key!r}]")
         if why:
             errors.append(Error(why, id="django_redis_lock.E006"))
+    why = refusal(lambda value, what: cluster_wake_ups(value), options["CLUSTER_WAKE_UPS"], "")
+    if why:
+        hint = (
+            '"auto": sharded pub/sub where every primary of a cluster has it, "classic": '
+            'classic PUBLISH always. Until it is fixed, cluster caches use "auto".'
+        )
+        errors.append(Error(why, hint=hint, id="django_redis_lock.E018"))
     status = options["BUSY_STATUS"]
     if isinstance(status, bool) or not isinstance(status, int) or not 400 <= status <= 599:
         errors.append(

@@ -13,6 +13,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from django_redis_lock.backends import errors
 from django_redis_lock.backends.base import Backend
 from django_redis_lock.backends.cluster import ClusterLockBackend
 from django_redis_lock.backends.servers import (
@@ -24,6 +25,7 @@ from django_redis_lock.backends.servers import (
     probe,
     socket_timeout,
 )
+from django_redis_lock.conf import lock_settings
 from django_redis_lock.ops import rules
 from django_redis_lock.ops.rules import ERROR as ERROR  # the levels, for the command too
 from django_redis_lock.ops.rules import OK as OK
@@ -42,7 +44,7 @@ class Finding:
     #: ``ok``, ``warning`` or ``error``.
     level: str
     #: What was checked: reachable, version, eviction, persistence, replicas, socket-timeout,
-    #: full-coverage, listing.
+    #: full-coverage, wake-ups, listing.
     check: str
     #: The server or cache alias it is about.
     subject: str
@@ -246,6 +248,19 @@ def _alias(backend: Backend) -> Iterator[Finding]:
     if listing.level != OK:  # said only when it is not: the other items say more
         yield _finding(listing, "listing", f"cache {backend.alias!r}")
     yield from _socket_timeouts(backend)
+    if isinstance(backend, ClusterLockBackend):
+        yield from _wake_ups(backend)
+
+
+def _wake_ups(backend: ClusterLockBackend) -> Iterator[Finding]:
+    """How its waiters are woken, as a process that starts now finds it (nothing when the
+    cluster cannot say: the reachable items report that)."""
+    setting = lock_settings.wake_ups
+    try:
+        lacking = [] if setting == "classic" else backend.without_spublish()
+    except errors.CLIENT:
+        return
+    yield _finding(rules.wake_ups(setting, lacking), "wake-ups", f"cache {backend.alias!r}")
 
 
 def _socket_timeouts(backend: Backend) -> Iterator[Finding]:

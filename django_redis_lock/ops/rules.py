@@ -141,3 +141,20 @@ def wait_timeout(
         f"Set the socket timeout to at least {wait + WAIT_MARGIN:g} s (WAIT_TIMEOUT plus "
         f"{WAIT_MARGIN:g} s), or lower WAIT_TIMEOUT.",
     )
+
+
+#: How waiters on a cluster are woken, as the doctor says it.
+SHARDED_WAKE_UPS = "sharded pub/sub (SSUBSCRIBE on the node of each lock's slot)"
+CLASSIC_WAKE_UPS = "classic PUBLISH (the cluster bus carries each grant to every node)"
+
+
+def wake_ups(setting: str, without_spublish: Collection[str]) -> Verdict:
+    """How the waiters of a cluster cache are woken, and why: REDIS_LOCK["CLUSTER_WAKE_UPS"]
+    (``setting``, as the locks read it) and the primaries that have no SPUBLISH. Either way
+    is ok: classic wake-ups cost the cluster bus more, and lose nothing."""
+    if setting == "classic":
+        return Verdict(OK, "", f"{CLASSIC_WAKE_UPS}: REDIS_LOCK['CLUSTER_WAKE_UPS'] is \"classic\"")
+    if without_spublish:
+        lacking = ", ".join(sorted(without_spublish))
+        return Verdict(OK, "", f"{CLASSIC_WAKE_UPS}: no SPUBLISH on {lacking} (Redis before 7)")
+    return Verdict(OK, "", f"{SHARDED_WAKE_UPS}: every primary has SPUBLISH")

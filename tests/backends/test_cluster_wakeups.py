@@ -15,13 +15,14 @@ from django.test.utils import override_settings
 
 from django_redis_lock import Lock, leader, lock, rwlock, semaphore
 from django_redis_lock.backends.cluster import SHARDED_MARK, ClusterLockBackend
+from django_redis_lock.ops.rules import CLASSIC_WAKE_UPS, SHARDED_WAKE_UPS
 from django_redis_lock.runtime import runtime, shards
 from django_redis_lock.runtime.shards import ShardedListener
 from testproject.cluster import ClusterTopology, info_cluster, keyslot
 from testproject.redis_server import RedisServer
 from testproject.topology import call, wait_for
 from tests.backends.test_cluster import spread_names
-from tests.helpers import keys, start, wait_until
+from tests.helpers import doctor, keys, start, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -186,6 +187,62 @@ def test_classic_wake_ups_on_request(on_cluster: ClusterTopology) -> None:
         nodes = len([server for server in on_cluster.servers if server.running])
         assert bus_messages(on_cluster)["classic"] - before["classic"] >= nodes - 1
         waiter.release()
+
+
+def test_the_doctor_says_waiters_are_woken_with_sharded_pub_sub(
+    on_cluster: ClusterTopology,
+) -> None:
+    status, findings, text = doctor()
+    assert status == 0
+    (said,) = [finding for finding in findings if finding["check"] == "wake-ups"]
+    message = f"{SHARDED_WAKE_UPS}: every primary has SPUBLISH"
+    assert said == {
+        "level": "ok",
+        "check": "wake-ups",
+        "subject": "cache 'default'",
+        "message": message,
+        "fix": "",
+    }
+    assert f"wake-ups cache 'default': {message}." in " ".join(text.split())
+
+
+def test_the_doctor_says_classic_wake_ups_when_the_setting_asks_for_them(
+    on_cluster: ClusterTopology,
+) -> None:
+    with override_settings(REDIS_LOCK={"CLUSTER_WAKE_UPS": "classic"}):
+        status, findings, text = doctor()
+    assert status == 0
+    (said,) = [finding for finding in findings if finding["check"] == "wake-ups"]
+    message = f"{CLASSIC_WAKE_UPS}: REDIS_LOCK['CLUSTER_WAKE_UPS'] is \"classic\""
+    assert (said["level"], said["message"]) == ("ok", message)
+    assert f"wake-ups cache 'default': {message}." in " ".join(text.split())
+
+
+def test_a_wake_ups_setting_the_check_refuses_reads_as_auto_with_one_error(
+    on_cluster: ClusterTopology, caplog: pytest.LogCaptureFixture
+) -> None:
+    with override_settings(REDIS_LOCK={"CLUSTER_WAKE_UPS": "sharded"}):
+        backend = runtime().backend()
+        assert isinstance(backend, ClusterLockBackend)
+        assert backend.sharded_wake_ups()
+        assert isinstance(runtime().listener(backend), ShardedListener)
+        name = "sharded:misconfigured"
+        holder = lock(name, timeout=HOLD_SECONDS, auto_renew=False)
+        assert holder.acquire()
+        waiter = lock(name, blocking_timeout=HOLD_SECONDS, auto_renew=False)
+        assert _woken_after_release(waiter.acquire, holder.release, _queued(name)) < WOKEN_WITHIN
+        waiter.release()
+        status, findings, _ = doctor()
+    assert status == 1  # E018
+    said = {finding["check"]: finding for finding in findings}
+    assert said["settings"]["subject"] == "django_redis_lock.E018"
+    assert said["wake-ups"]["message"].startswith(SHARDED_WAKE_UPS)
+    logged = [record for record in caplog.records if "CLUSTER_WAKE_UPS" in record.getMessage()]
+    assert [record.levelname for record in logged] == ["ERROR"]
+    assert logged[0].getMessage() == (
+        "REDIS_LOCK['CLUSTER_WAKE_UPS'] must be \"auto\" or \"classic\", not 'sharded'. "
+        "Cluster caches wake waiters as with 'auto'."
+    )
 
 
 def test_semaphores_read_write_locks_and_leaders_are_woken_on_their_shard(

@@ -6,6 +6,8 @@ from typing import Any
 
 import pytest
 from django.core.checks import run_checks
+from django.core.management import call_command
+from django.core.management.base import SystemCheckError
 from django.test import override_settings
 
 from django_redis_lock.checks import check_settings
@@ -119,6 +121,26 @@ def test_e008_busy_status_not_an_error_status(status: object) -> None:
 @pytest.mark.parametrize("namespace", ["", "a{b", "x*", 3])
 def test_e007_bad_namespace(namespace: object) -> None:
     assert _ids(REDIS_LOCK={"KEY_NAMESPACE": namespace}) == ["django_redis_lock.E007"]
+
+
+@pytest.mark.parametrize("value", ["sharded", "Classic", "", None, True])
+def test_e018_cluster_wake_ups_neither_auto_nor_classic(value: object) -> None:
+    assert _ids(REDIS_LOCK={"CLUSTER_WAKE_UPS": value}) == ["django_redis_lock.E018"]
+
+
+@pytest.mark.parametrize("value", ["auto", "classic"])
+def test_e018_accepts_auto_and_classic(value: str) -> None:
+    assert _ids(REDIS_LOCK={"CLUSTER_WAKE_UPS": value}) == []
+
+
+def test_e018_is_reported_by_manage_py_check() -> None:
+    refused = "REDIS_LOCK['CLUSTER_WAKE_UPS'] must be \"auto\" or \"classic\", not 'sharded'."
+    with (
+        override_settings(REDIS_LOCK={"CLUSTER_WAKE_UPS": "sharded"}),
+        pytest.raises(SystemCheckError) as raised,
+    ):
+        call_command("check")
+    assert f"(django_redis_lock.E018) {refused}" in str(raised.value)
 
 
 def test_w001_unknown_key() -> None:

@@ -113,3 +113,38 @@ def test_a_cache_it_cannot_build_is_reported_not_raised() -> None:
     assert error == "The doctor found 2 errors."
     assert "django_redis_lock.E002: REDIS_LOCK['CACHE'] is 'nope'" in text
     assert "reachable  REDIS_LOCK['CACHE']: The cache alias 'nope'" in text
+
+
+@pytest.mark.parametrize(
+    ("setting", "lacking", "said"),
+    [
+        (
+            "auto",
+            [],
+            "sharded pub/sub (SSUBSCRIBE on the node of each lock's slot): every "
+            "primary has SPUBLISH",
+        ),
+        (
+            "classic",
+            [],
+            "classic PUBLISH (the cluster bus carries each grant to every node): "
+            "REDIS_LOCK['CLUSTER_WAKE_UPS'] is \"classic\"",
+        ),
+        (
+            "auto",
+            ["10.0.0.3:6379", "10.0.0.1:6379"],
+            "classic PUBLISH (the cluster bus carries "
+            "each grant to every node): no SPUBLISH on 10.0.0.1:6379, 10.0.0.3:6379 (Redis "
+            "before 7)",
+        ),
+    ],
+)
+def test_how_a_cluster_wakes_its_waiters_is_said_with_why(
+    setting: str, lacking: list[str], said: str
+) -> None:
+    """A primary without SPUBLISH cannot be had beside Redis 7 in one test cluster: the
+    wording of each case, from the rule the doctor reports."""
+    from django_redis_lock.ops.rules import wake_ups
+
+    verdict = wake_ups(setting, lacking)
+    assert (verdict.level, verdict.message, verdict.fix) == ("ok", said, "")
