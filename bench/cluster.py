@@ -1,6 +1,7 @@
 """django_redis_lock on a Redis Cluster, beside redis-py's Lock and a raw floor, in one run.
 
     python3 dev.py bench cluster [--cycles 5000] [--contended 50] [--repeats 3]
+                                 [--wake-up-repeats 5]
 
 Starts its own cluster (three primaries with a replica each, on loopback: testproject/cluster.py)
 and measures, every repeat running all libraries in an order rotated between repeats:
@@ -15,6 +16,10 @@ and measures, every repeat running all libraries in an order rotated between rep
   django_redis_lock and redis-py's ``Lock`` (which polls). Few cycles by default: redis-py's
   waiters sleep between tries.
 
+Then (bench/cluster_wakeups.py, on clusters of 3 and of 6 primaries and a lone redis-server of
+its own) the cluster bus's pub/sub messages per hand-over with classic and sharded wake-ups,
+the hand-over against one server's, and the throughput of locks spread over the primaries.
+
 Medians of the repeats. ``bench/peers.py --write`` puts these rows in docs/benchmarks.rst.
 """
 
@@ -28,7 +33,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-# peers, first: it puts the project on sys.path and points Django at testproject.settings.
+# cluster_wakeups imports peers first: peers puts the project on sys.path and points Django at
+# testproject.settings.
+import cluster_wakeups
 import peers
 from peers import Handle, Library
 
@@ -174,7 +181,9 @@ def run(
     return quiet, fought, pings
 
 
-def measure(cycles: int, repeats: int, contended: int = CONTENDED_CYCLES) -> list[str]:
+def measure(
+    cycles: int, repeats: int, contended: int = CONTENDED_CYCLES, wake_up_repeats: int = 5
+) -> list[str]:
     """The figures, as README-ready sentences."""
     import django
     from django.test.utils import override_settings
@@ -202,10 +211,12 @@ def measure(cycles: int, repeats: int, contended: int = CONTENDED_CYCLES) -> lis
         f"contended, {peers.PROCESSES} processes on one lock ({contended} cycles each; a ``PING`` "
         f"to a primary takes {rtt:.0f} µs): the handoff gap p50 is {ours_gap:,.0f} µs "
         f"({ours_gap / rtt:.2f} round trips) with django_redis_lock, whose release script hands "
-        "the lock over and publishes the grant (the cluster bus carries it to the node the "
-        f"waiting process listens on), and {redis_py_gap:,.0f} µs with redis-py's ``Lock``, "
+        "the lock over and publishes the grant (with sharded pub/sub, on Redis 7+: to the "
+        "lock's shard, where the waiting process listens), and "
+        f"{redis_py_gap:,.0f} µs with redis-py's ``Lock``, "
         f"which polls (every {sleep} s by default); worst acquire wait "
         f"{ours_worst / 1000:,.1f} ms and {redis_py_worst / 1000:,.1f} ms",
+        *cluster_wakeups.measure(cluster_caches, wake_up_repeats),
     ]
 
 
@@ -214,8 +225,10 @@ def main() -> None:
     parser.add_argument("--cycles", type=int, default=5000, help="uncontended cycles")
     parser.add_argument("--contended", type=int, default=CONTENDED_CYCLES, help="per process")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--wake-up-repeats", type=int, default=5, help="bench/cluster_wakeups.py")
     options = parser.parse_args()
-    for row in measure(options.cycles, options.repeats, options.contended):
+    rows = measure(options.cycles, options.repeats, options.contended, options.wake_up_repeats)
+    for row in rows:
         print(f"- {row}")
 
 

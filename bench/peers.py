@@ -25,7 +25,9 @@ medians of the repeats.
 - the ``@locked`` overhead on a view, Redis memory per held lock, (from bench/listing.py)
   ``locks list`` and the admin's first page with a million held locks, and (from
   bench/replicas.py) what ``WAIT_REPLICAS = 1`` adds to a cycle, (from bench/cluster.py)
-  the cycle and the handoff gap on a Redis Cluster, (from bench/quorum.py) quorum locks
+  the cycle and the handoff gap on a Redis Cluster, the cluster bus's messages per hand-over,
+  the hand-over against one server's and locks spread over 3 and 6 primaries, (from
+  bench/quorum.py) quorum locks
   of 3 and 5 primaries beside pottery's Redlock, and (from bench/stats.py) what recording
   lock statistics costs.
 
@@ -1067,7 +1069,9 @@ def main() -> None:
             "Redis Cluster",
             "-------------",
             "",
-            "From bench/cluster.py, on a cluster of its own (three primaries with a replica each):",
+            "From bench/cluster.py, on a cluster of its own (three primaries with a replica each),",
+            "and (bench/cluster_wakeups.py) on clusters of three and of six primaries with a",
+            "replica each and a lone redis-server, all started for the same run:",
             "",
             *[f"- {row}" for row in cluster_rows],
             "",
@@ -1247,6 +1251,23 @@ owner, label, fencing token, tombstone and statistics on each primary, where the
 are read back from a majority), and 60 µs of the client's per added primary against 45; the
 profile row shows both beside the floor's. Across machines, where a round trip costs
 hundreds of microseconds and every primary has a core, the ratio falls toward 1.
+
+*Cluster: the hand-over against one server's (issue 43).* With sharded wake-ups the grant
+stays on the lock's shard (one bus message, to its replica), but a hand-over on the cluster
+still takes about twice one server's in the same run (1.95x on 3 primaries and 2.13x on 6 at
+the median of the repeats, 1.3x to 2.9x in single repeats). The cluster bus is
+not what costs: classic wake-ups, which cross it, took about as long on 3 primaries. Nor is
+the listener's hop: the sharded listener wakes a waiting thread from its own thread, where on
+one server a lone waiting thread reads its connection itself; forcing that hop on one server
+(every grant read by the listener thread) gave 167 to 205 µs against 175 to 236 µs without it,
+4 interleaved rounds, within the noise. What the cluster adds is the client's path: the
+holder's ``release()`` sends its script through valkey-py's ``ValkeyCluster`` (its slot and
+node look-up and its pool's bookkeeping), where on one server it goes on a connection kept
+aside (``backends/lane.py``), so the call alone takes about twice as long (the rows above; 73
+against 146 to 207 µs in those rounds), and the servers' work per cycle doubles with a
+replica to feed. On two cores the clients and nineteen servers share, that also bounds the
+throughput of locks spread over the primaries: 3 and 6 primaries give the same cycles per
+second, the load evenly spread, because the CPU, not a primary, is the limit.
 
 Reading the numbers
 -------------------
