@@ -24,8 +24,7 @@ from django_redis_lock.backends.base import Backend
 from django_redis_lock.core.steps import Call, Flow, Listen, Step, Wait
 from django_redis_lock.exceptions import LockNotReplicated, LockUnavailable
 from django_redis_lock.runtime import runtime
-from django_redis_lock.runtime.listener import WakeUps
-from django_redis_lock.runtime.tickets import AsyncTicket, SyncTicket
+from django_redis_lock.runtime.tickets import AsyncTicket, SyncTicket, WakeUps
 
 T = TypeVar("T")
 # What a script's step can fail with, thrown into the flow as _fail says.

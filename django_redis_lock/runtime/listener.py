@@ -27,7 +27,7 @@ import threading
 import time
 import uuid
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any
 
 from django_redis_lock.backends import errors
 from django_redis_lock.backends.base import LockKeys, text_of
@@ -57,32 +57,6 @@ _FIRST_BACKOFF_SECONDS = 0.1
 _MAX_BACKOFF_SECONDS = 0.5
 # Replies read without waiting when the thread takes the connection back, at most.
 _MAX_CATCH_UP = 1000
-
-
-class WakeUps(Protocol):
-    """What a waiter's flow uses of the listener of its backend: :class:`Listener` (one
-    server), :class:`CompositeListener` (a quorum's servers) or ``shards.ShardedListener``
-    (a cluster with sharded pub/sub)."""
-
-    def channel_for(self, keys: LockKeys) -> str:
-        """The channel a waiter of ``keys`` queues with, for the release to wake it on."""
-        ...
-
-    def register(self, secret: str, ticket: Ticket, channel: str = "") -> None:
-        """Route grants for ``secret`` (queued with ``channel``) to ``ticket``."""
-        ...
-
-    def unregister(self, secret: str) -> None:
-        """Stop routing grants for ``secret``."""
-        ...
-
-    def start(self) -> None:
-        """Start reading, unless it does already."""
-        ...
-
-    def stop(self) -> None:
-        """Stop for good: the backend is dropped."""
-        ...
 
 
 class _PrimaryMoved(Exception):

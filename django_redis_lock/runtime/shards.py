@@ -36,7 +36,8 @@ from typing import Any
 from django_redis_lock.backends import errors
 from django_redis_lock.backends.base import LockKeys, text_of
 from django_redis_lock.backends.cluster import SHARDED_MARK, ClusterLockBackend
-from django_redis_lock.backends.wire import NOTHING, Replies, replies_of
+from django_redis_lock.backends.wire import NOTHING, replies_of
+from django_redis_lock.runtime.shard import FIRST_BACKOFF_SECONDS, Shard, redirected
 from django_redis_lock.runtime.tickets import Grant, Ticket, Unclaimed, parse_message
 
 logger = logging.getLogger("django_redis_lock")
@@ -49,44 +50,11 @@ _IDLE_SECONDS = 30.0
 _TICK_SECONDS = 1.0
 # A quiet connection is PINGed after this long, and given up when the PONG takes as long.
 _HEALTH_SECONDS = 5.0
-# Pauses before a node is connected again, doubling while it stays away; and before the
-# cluster is asked again where a slot is when no node was found for it.
-_FIRST_BACKOFF_SECONDS = 0.1
+# The longest pause before a node is connected again (doubling from FIRST_BACKOFF_SECONDS
+# while it stays away), and between two questions to the cluster about where the slots are.
 _MAX_BACKOFF_SECONDS = 0.5
 # Replies read from one connection in a row before the others get their turn.
 _MAX_READS = 1000
-
-
-class _Shard:
-    """The thread's connection to one primary, and the channels it subscribes there."""
-
-    def __init__(self, node: Any) -> None:
-        self.node = node
-        self.name: str = node.name
-        self.connection: Any = None
-        self.replies: Replies | None = None
-        self.sock: socket.socket | None = None
-        #: Channels to be subscribed here; ``confirmed``: those the node confirmed.
-        self.channels: set[str] = set()
-        self.confirmed: set[str] = set()
-        #: Channels this side unsubscribed: their ``sunsubscribe`` is no slot move.
-        self.leaving: set[str] = set()
-        self.backoff = _FIRST_BACKOFF_SECONDS
-        self.retry_at = 0.0
-        self.heard = 0.0
-        self.pinged: float | None = None
-
-    def send(self, *command: str) -> None:
-        assert self.connection is not None
-        self.connection.send_command(*command)
-
-    def close(self) -> None:
-        if self.connection is not None:
-            with contextlib.suppress(Exception):
-                self.connection.disconnect()
-        self.connection = self.replies = self.sock = None
-        self.confirmed.clear()
-        self.leaving.clear()
 
 
 class ShardedListener:
@@ -110,8 +78,8 @@ class ShardedListener:
         self._bell.setblocking(False)
         self._bell_out.setblocking(False)
         # The thread's own: shards by node name, the node each wanted channel went to.
-        self._shards: dict[str, _Shard] = {}
-        self._homes: dict[str, _Shard] = {}
+        self._shards: dict[str, Shard] = {}
+        self._homes: dict[str, Shard] = {}
         self._outage = False
         self._asked_at = 0.0
 
@@ -258,7 +226,7 @@ class ShardedListener:
                 continue
             shard = self._shards.get(node.name)
             if shard is None:
-                shard = self._shards[node.name] = _Shard(node)
+                shard = self._shards[node.name] = Shard(node)
             shard.channels.add(channel)
             self._homes[channel] = shard
             if shard.connection is not None:
@@ -272,7 +240,7 @@ class ShardedListener:
             self._asked_at = now
             self._backend.refresh()
 
-    def _connect(self, shard: _Shard) -> None:
+    def _connect(self, shard: Shard) -> None:
         try:
             connection = self._backend.node_connection(shard.node, _TICK_SECONDS)
             connection.connect()
@@ -285,13 +253,13 @@ class ShardedListener:
         except Exception as exc:  # refused, reset, a node gone: after a pause, ask again
             self._lost(shard, exc)
 
-    def _send(self, shard: _Shard, *command: str) -> None:
+    def _send(self, shard: Shard, *command: str) -> None:
         try:
             shard.send(*command)
         except Exception as exc:
             self._lost(shard, exc)
 
-    def _health(self, shard: _Shard, now: float) -> None:
+    def _health(self, shard: Shard, now: float) -> None:
         """PING a connection quiet for long; give it up when the PONG is late."""
         if shard.pinged is not None and now - shard.pinged > _HEALTH_SECONDS:
             self._lost(shard, ConnectionError("no answer to PING on the wake-up channel"))
@@ -299,7 +267,7 @@ class ShardedListener:
             shard.pinged = now
             self._send(shard, "PING")
 
-    def _lost(self, shard: _Shard, exc: BaseException) -> None:
+    def _lost(self, shard: Shard, exc: BaseException) -> None:
         """The connection failed: its channels go back to be routed afresh (the slots may
         have moved) once the cluster is asked again; the node after a pause."""
         if self._outage:
@@ -313,7 +281,7 @@ class ShardedListener:
         self._unhome(shard, set(shard.channels))
         self._ask_cluster()
 
-    def _unhome(self, shard: _Shard, channels: set[str]) -> None:
+    def _unhome(self, shard: Shard, channels: set[str]) -> None:
         for channel in channels:
             shard.channels.discard(channel)
             shard.confirmed.discard(channel)
@@ -326,7 +294,7 @@ class ShardedListener:
         with self._mutex:
             homeless = any(channel not in self._homes for channel in self._wanted)
         if homeless:
-            return _FIRST_BACKOFF_SECONDS
+            return FIRST_BACKOFF_SECONDS
         pending = [s.retry_at for s in self._shards.values() if s.connection is None]
         if pending:
             return max(0.0, min(_TICK_SECONDS, min(pending) - time.monotonic()))
@@ -347,7 +315,7 @@ class ShardedListener:
             else:
                 self._drain(by_socket[sock])
 
-    def _drain(self, shard: _Shard) -> None:
+    def _drain(self, shard: Shard) -> None:
         """Act on every reply already there on ``shard``'s connection."""
         for _ in range(_MAX_READS):
             replies = shard.replies
@@ -356,7 +324,7 @@ class ShardedListener:
             try:
                 reply = replies.read(0)
             except Exception as exc:
-                if _redirected(exc):
+                if redirected(exc):
                     self._moved(shard, exc)
                     continue
                 self._lost(shard, exc)
@@ -366,14 +334,14 @@ class ShardedListener:
             shard.heard, shard.pinged = time.monotonic(), None
             self._act(shard, reply)
 
-    def _act(self, shard: _Shard, reply: Any) -> None:
+    def _act(self, shard: Shard, reply: Any) -> None:
         kind = text_of(reply[0]) if isinstance(reply, list) and reply else ""
         if kind == "smessage" and len(reply) >= 3:
             self._dispatch(reply[2])
         elif kind == "ssubscribe" and len(reply) >= 2:
             channel = text_of(reply[1])
             shard.confirmed.add(channel)
-            shard.backoff = _FIRST_BACKOFF_SECONDS
+            shard.backoff = FIRST_BACKOFF_SECONDS
             if self._outage:
                 self._outage = False
                 logger.info("Sharded wake-up channel is back.")
@@ -389,7 +357,7 @@ class ShardedListener:
                 self._unhome(shard, {channel})
                 self._ask_cluster()
 
-    def _moved(self, shard: _Shard, exc: Exception) -> None:
+    def _moved(self, shard: Shard, exc: Exception) -> None:
         """An SSUBSCRIBE went to a node that does not serve the slot: the channels of this
         shard not yet confirmed are routed again once the cluster is asked where slots are."""
         logger.debug("Wake-up channel redirected: %s", exc)
@@ -418,11 +386,3 @@ class ShardedListener:
             tickets = [ticket for ticket, on in self._tickets.values() if on == channel]
         for ticket in tickets:
             ticket.wake(None)
-
-
-def _redirected(exc: Exception) -> bool:
-    """Whether an error reply sends a subscription elsewhere (MOVED, ASK): the client
-    library's parser makes it a MovedError or AskError, hiredis's keeps the reply's text."""
-    return type(exc).__name__ in ("MovedError", "AskError") or str(exc).startswith(
-        ("MOVED ", "ASK ")
-    )

@@ -9,6 +9,8 @@ import contextlib
 import threading
 from typing import NamedTuple, Protocol
 
+from django_redis_lock.backends.base import LockKeys
+
 
 class Grant(NamedTuple):
     """A hand-over received from a release: the new hold's fencing token and start time."""
@@ -166,3 +168,29 @@ def _settle(waiter: asyncio.Future[None] | None) -> None:
 
 
 Ticket = SyncTicket | AsyncTicket
+
+
+class WakeUps(Protocol):
+    """What a waiter's flow uses of the listener of its backend: ``listener.Listener`` (one
+    server), ``listener.CompositeListener`` (a quorum's servers) or ``shards.ShardedListener``
+    (a cluster with sharded pub/sub)."""
+
+    def channel_for(self, keys: LockKeys) -> str:
+        """The channel a waiter of ``keys`` queues with, for the release to wake it on."""
+        ...
+
+    def register(self, secret: str, ticket: Ticket, channel: str = "") -> None:
+        """Route grants for ``secret`` (queued with ``channel``) to ``ticket``."""
+        ...
+
+    def unregister(self, secret: str) -> None:
+        """Stop routing grants for ``secret``."""
+        ...
+
+    def start(self) -> None:
+        """Start reading, unless it does already."""
+        ...
+
+    def stop(self) -> None:
+        """Stop for good: the backend is dropped."""
+        ...
