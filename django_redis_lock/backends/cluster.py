@@ -34,7 +34,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from django_redis_lock import scripts
 from django_redis_lock.backends import errors
-from django_redis_lock.backends.base import LockKeys, connection_of, flat_lists
+from django_redis_lock.backends.base import EncodedKeys, LockKeys, connection_of, flat_lists
 from django_redis_lock.backends.clients import (
     Client,
     library_class,
@@ -42,10 +42,15 @@ from django_redis_lock.backends.clients import (
     portable_options,
     refuse_async,
 )
+from django_redis_lock.backends.lane import Lane, lane_for
 from django_redis_lock.backends.single import LockBackend
 from django_redis_lock.conf import lock_settings
 from django_redis_lock.scripts import ScriptName
 
+# What a script's call on a lane leaves to the cluster client: a node that failed (it learns
+# the slots again), or (an error reply that errors.elsewhere tells apart) sent the call
+# elsewhere. Not a timeout: the call's outcome is unknown, and the lock settles it.
+_FALL_BACK = errors.CONNECTION + errors.RESPONSE + errors.CLUSTER_AWAY
 #: What starts a waiter's channel that the release SPUBLISHes to (see scripts/queue.py, wake).
 SHARDED_MARK = "\x00"
 
@@ -74,8 +79,62 @@ class ClusterLockBackend(LockBackend):
         # The nodes known at the start: the client forgets nodes that failed, and would know
         # none after an outage of the whole cluster.
         self._seeds = [(node.host, node.port) for node in client.get_nodes()]
+        # A lane beside the pool of each primary the scripts went to, by node name (None: the
+        # node's calls stay in its pool), and the hash slot of each key tuple.
+        self._cache = cache
+        self._lanes: dict[str, Lane | None] = {}
+        self._slots: dict[tuple[str | bytes, ...], int] = {}
         # Whether every primary has SPUBLISH: asked at the first wait (None: not known yet).
         self._sharded: bool | None = None
+
+    def run(self, script: ScriptName, keys: Sequence[str | bytes], args: Sequence[Any]) -> Any:
+        """Run one of the lock's scripts on the primary of its keys' slot: through a lane of
+        that node where it may have one (``backends/lane.py``: the cluster client's routing
+        and pool cost about half an uncontended call again), else, and whenever the node
+        sends the call elsewhere (MOVED, ASK, the cluster failing over) or cannot be reached,
+        through the cluster client, which follows the cluster as it changes."""
+        encoded = self._encoded(keys)
+        lane = self._lane_of(keys)
+        if lane is not None:
+            try:
+                return self._scripts[script].run(lane, encoded, args)
+            except (
+                errors.CONNECTION + errors.TIMEOUT + errors.RESPONSE + errors.CLUSTER_AWAY
+            ) as exc:
+                if isinstance(exc, errors.RESPONSE) and not errors.elsewhere(exc):
+                    raise  # the script's own error: the cluster client would get it too
+        return self._scripts[script].run(self.client, encoded, args)
+
+    def run_acked(
+        self, script: ScriptName, keys: Sequence[str | bytes], args: Sequence[Any]
+    ) -> Any:
+        """:meth:`run`: a cluster alias has no REDIS_LOCK["WAIT_REPLICAS"] (refused above)."""
+        return self.run(script, keys, args)
+
+    def _lane_of(self, keys: Sequence[str | bytes]) -> Lane | None:
+        """The lane of the primary that serves ``keys``' slot now (as the cluster client
+        knows it), made at its first call; None when the node's calls stay in its pool."""
+        slot = self._slots.get(keys) if isinstance(keys, tuple) else None
+        if slot is None:
+            slot = int(self.client.keyslot(keys[0]))
+            if isinstance(keys, tuple):
+                if len(self._slots) >= EncodedKeys.LIMIT:
+                    self._slots.clear()
+                self._slots[keys] = slot
+        try:
+            node = self.client.nodes_manager.get_node_from_slot(slot)
+        except errors.CLIENT:  # no node serves it now: the cluster client says so
+            return None
+        name: str = node.name
+        if name not in self._lanes:
+            self._lanes[name] = lane_for(self.client.get_valkey_connection(node), self._cache)
+        return self._lanes[name]
+
+    def close(self) -> None:
+        super().close()
+        for lane in list(self._lanes.values()):
+            if lane is not None:
+                lane.close()
 
     def read(self, keys: Sequence[str | bytes]) -> list[Any]:
         """READ of ``keys``, one key per command (keys of other slots cannot share a script),

@@ -53,3 +53,12 @@ READ_ONLY = _both("ReadOnlyError")
 CLUSTER_AWAY = (
     _both("ClusterDownError") + _both("TryAgainError") + _both("AskError")  # MovedError is one
 )
+
+
+def elsewhere(error: Exception) -> bool:
+    """Whether a cluster node's error reply sends the call elsewhere or asks it to wait: MOVED,
+    ASK, CLUSTERDOWN, TRYAGAIN. The client library's cluster parser makes them errors of
+    their own; a plain connection's keeps the reply's text."""
+    if isinstance(error, CLUSTER_AWAY) or type(error).__name__ == "MovedError":
+        return True
+    return str(error).startswith(("MOVED ", "ASK ", "CLUSTERDOWN ", "TRYAGAIN "))

@@ -39,6 +39,7 @@ from django_redis_lock.runtime.tickets import (
     Ticket,
     Unclaimed,
     parse_message,
+    serve_reading,
 )
 
 logger = logging.getLogger("django_redis_lock")
@@ -148,39 +149,29 @@ class Listener:
     def serve(self, ticket: SyncTicket, seconds: float) -> None:
         """Wait up to ``seconds`` for ``ticket``'s wake-up, reading the connection meanwhile
         whenever nobody else does; the wake-up is taken once given."""
-        deadline = time.monotonic() + seconds
-        signal = ticket.signal
-        while not signal.acquire(blocking=False):
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return
-            if self._claimed or not self._reading.acquire(blocking=False):
-                signal.acquire(timeout=left)  # whoever reads wakes this waiter
-                return
-            readable = self._connection is not None and self._failure is None
-            try:
-                if readable:
-                    self._read_until(signal, deadline)
-            finally:
-                self._leave(ticket)
-            if not readable:  # the thread (re)connects, and reads once subscribed
-                signal.acquire(timeout=max(0.0, deadline - time.monotonic()))
-                return
+        serve_reading(
+            ticket, seconds, self._reading, lambda: self._claimed, self._read_until, self._leave
+        )
 
-    def _read_until(self, signal: threading.Lock, deadline: float) -> None:
+    def _read_until(self, signal: threading.Lock, deadline: float) -> bool:
         """Read until the signal is given (by this thread's dispatch or another's wake-up),
-        time is up, the listener thread claims the connection, or the connection fails."""
+        time is up, the listener thread claims the connection, or the connection fails;
+        False when there is no connection to read (the thread connects, and reads once
+        subscribed)."""
         connection = self._connection
+        if connection is None or self._failure is not None:
+            return False
         try:
             while signal.locked() and not self._claimed:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    return
+                    break
                 # Where the primary is, the thread asks (when it takes the connection back,
                 # at least once a read timeout): sentinels that do not answer hold up no waiter.
                 self._step(connection, min(left, self._read_seconds), look_up=False)
         except Exception as exc:  # the thread reconnects, logs, follows the primary
             self._failure = exc
+        return True
 
     def _leave(self, ticket: SyncTicket) -> None:
         """Give the connection back; wake the thread if other waiters remain (this one reads

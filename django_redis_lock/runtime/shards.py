@@ -26,19 +26,22 @@ from __future__ import annotations
 import collections
 import contextlib
 import logging
-import select
 import socket
 import threading
 import time
 import uuid
-from typing import Any
 
-from django_redis_lock.backends import errors
 from django_redis_lock.backends.base import LockKeys, text_of
 from django_redis_lock.backends.cluster import SHARDED_MARK, ClusterLockBackend
-from django_redis_lock.backends.wire import NOTHING, replies_of
-from django_redis_lock.runtime.shard import FIRST_BACKOFF_SECONDS, Shard, redirected
-from django_redis_lock.runtime.tickets import Grant, Ticket, Unclaimed, parse_message
+from django_redis_lock.runtime.shard import TICK_SECONDS, Subscriptions
+from django_redis_lock.runtime.tickets import (
+    Grant,
+    SyncTicket,
+    Ticket,
+    Unclaimed,
+    parse_message,
+    serve_reading,
+)
 
 logger = logging.getLogger("django_redis_lock")
 
@@ -46,15 +49,6 @@ logger = logging.getLogger("django_redis_lock")
 IDLE_CHANNELS = 256
 # How long the thread goes on without a waiter before it hangs up and ends.
 _IDLE_SECONDS = 30.0
-# The longest one select() lasts: how often the thread looks at its connections' health.
-_TICK_SECONDS = 1.0
-# A quiet connection is PINGed after this long, and given up when the PONG takes as long.
-_HEALTH_SECONDS = 5.0
-# The longest pause before a node is connected again (doubling from FIRST_BACKOFF_SECONDS
-# while it stays away), and between two questions to the cluster about where the slots are.
-_MAX_BACKOFF_SECONDS = 0.5
-# Replies read from one connection in a row before the others get their turn.
-_MAX_READS = 1000
 
 
 class ShardedListener:
@@ -77,11 +71,13 @@ class ShardedListener:
         self._bell, self._bell_out = socket.socketpair()
         self._bell.setblocking(False)
         self._bell_out.setblocking(False)
-        # The thread's own: shards by node name, the node each wanted channel went to.
-        self._shards: dict[str, Shard] = {}
-        self._homes: dict[str, Shard] = {}
-        self._outage = False
-        self._asked_at = 0.0
+        # The connections, read by whoever holds ``_reading``: the thread, except while it is
+        # parked, when a waiting thread may (``serve``).
+        self._subscriptions = Subscriptions(backend, self._bell, self._dispatch, self._wake_channel)
+        self._reading = threading.Lock()
+        # Set to wake the parked thread; ``_claimed`` while it waits to read again.
+        self._unpark = threading.Event()
+        self._claimed = False
 
     # -- the waiters' side ----------------------------------------------------------------------
 
@@ -101,8 +97,12 @@ class ShardedListener:
             new = channel not in self._wanted
             self._wanted[channel] = None
             self._wanted.move_to_end(channel)
+        if isinstance(ticket, SyncTicket):
+            ticket.reader = self
         if new:
             self._ring()
+        elif not isinstance(ticket, SyncTicket):
+            self._unpark.set()  # a coroutine cannot read: the thread reads for it
         if early is not None:
             ticket.wake(early)
 
@@ -154,216 +154,104 @@ class ShardedListener:
         return found
 
     def _ring(self) -> None:
+        """Wake whoever reads (a new channel to subscribe, a stop): the bell for a read in
+        progress, the event for the parked thread."""
         with contextlib.suppress(OSError):  # BlockingIOError: rung already, plenty
             self._bell_out.send(b"x")
+        self._unpark.set()
+
+    # -- a waiting thread reads ----------------------------------------------------------------
+
+    def serve(self, ticket: SyncTicket, seconds: float) -> None:
+        """Wait up to ``seconds`` for ``ticket``'s wake-up, reading the connections meanwhile
+        while the thread is parked (nothing to do but read): the grant then reaches the thread
+        that waits for it without a hop through the listener's thread."""
+        serve_reading(
+            ticket, seconds, self._reading, lambda: self._claimed, self._read_until, self._leave
+        )
+
+    def _read_until(self, signal: threading.Lock, deadline: float) -> bool:
+        """Read until the signal is given, time is up, the thread claims the connections, or
+        something changed (False then: the thread acts on it)."""
+        subscriptions = self._subscriptions
+        while signal.locked() and not self._claimed and not subscriptions.changed:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            subscriptions.read(min(left, TICK_SECONDS))
+        return not subscriptions.changed
+
+    def _leave(self, ticket: SyncTicket) -> None:
+        """Give the connections back; wake the thread if something changed or other waiters
+        remain (this one reads again when it waits again)."""
+        with self._mutex:
+            self._reading.release()
+            others = any(other is not ticket for other, _ in self._tickets.values())
+        if others or self._subscriptions.changed:
+            self._unpark.set()
 
     # -- the thread -----------------------------------------------------------------------------
 
     def _run(self) -> None:
-        quiet_since = time.monotonic()
+        self._reading.acquire()
         try:
-            while not self._stop.is_set():
-                with self._mutex:
-                    waiting = bool(self._tickets)
-                now = time.monotonic()
-                if waiting:
-                    quiet_since = now
-                elif now - quiet_since > _IDLE_SECONDS:
-                    with self._mutex:  # idle channels go with the connections
-                        if not self._tickets:
-                            self._wanted.clear()
-                            self._thread = None
-                            return
-                self._settle()
-                self._read(self._pause())
+            self._serve_waiters()
         except Exception:  # a bug: the waiters look again at the end of their slices
             logger.exception("The sharded wake-up thread failed.")
             with self._mutex:
                 self._thread = None
         finally:
-            for shard in self._shards.values():
-                shard.close()
-            self._shards.clear()
-            self._homes.clear()
+            self._subscriptions.close()
+            self._reading.release()
             if self._stop.is_set():
                 self._close_bell()
 
-    def _settle(self) -> None:
-        """Bring the subscriptions in line with the wanted channels: let go of unwanted ones,
-        send new ones to the node of their slot, connect the shards that need it."""
-        with self._mutex:
-            wanted = set(self._wanted)
-        for channel, shard in list(self._homes.items()):
-            if channel not in wanted:
-                del self._homes[channel]
-                shard.channels.discard(channel)
-                if channel in shard.confirmed and shard.connection is not None:
-                    shard.confirmed.discard(channel)
-                    shard.leaving.add(channel)
-                    self._send(shard, "SUNSUBSCRIBE", channel)
-        homeless = [channel for channel in wanted if channel not in self._homes]
-        if homeless:
-            self._route(homeless)
-        now = time.monotonic()
-        for name, shard in list(self._shards.items()):
-            if not shard.channels:
-                shard.close()
-                del self._shards[name]
-            elif shard.connection is None and now >= shard.retry_at:
-                self._connect(shard)
-            elif shard.connection is not None:
-                self._health(shard, now)
-
-    def _route(self, channels: list[str]) -> None:
-        """Give each channel to the shard of the node that serves its slot (subscribed at
-        once where connected); a channel whose node is unknown waits for the next look."""
-        for channel in channels:
-            try:
-                node = self._backend.node_of(channel)
-            except errors.CLIENT as exc:
-                logger.debug("No node known for wake-up channel %s: %s", channel, exc)
-                self._ask_cluster()
-                continue
-            shard = self._shards.get(node.name)
-            if shard is None:
-                shard = self._shards[node.name] = Shard(node)
-            shard.channels.add(channel)
-            self._homes[channel] = shard
-            if shard.connection is not None:
-                shard.leaving.discard(channel)
-                self._send(shard, "SSUBSCRIBE", channel)
-
-    def _ask_cluster(self) -> None:
-        """Learn the slots again, at most every _MAX_BACKOFF_SECONDS."""
-        now = time.monotonic()
-        if now - self._asked_at >= _MAX_BACKOFF_SECONDS:
-            self._asked_at = now
-            self._backend.refresh()
-
-    def _connect(self, shard: Shard) -> None:
-        try:
-            connection = self._backend.node_connection(shard.node, _TICK_SECONDS)
-            connection.connect()
-            shard.connection = connection
-            shard.replies = replies_of(connection, _TICK_SECONDS)
-            shard.sock = connection._sock  # noqa: SLF001  the client keeps its socket there: select() needs it
-            shard.heard, shard.pinged = time.monotonic(), None
-            for channel in sorted(shard.channels):  # one slot per SSUBSCRIBE
-                shard.send("SSUBSCRIBE", channel)
-        except Exception as exc:  # refused, reset, a node gone: after a pause, ask again
-            self._lost(shard, exc)
-
-    def _send(self, shard: Shard, *command: str) -> None:
-        try:
-            shard.send(*command)
-        except Exception as exc:
-            self._lost(shard, exc)
-
-    def _health(self, shard: Shard, now: float) -> None:
-        """PING a connection quiet for long; give it up when the PONG is late."""
-        if shard.pinged is not None and now - shard.pinged > _HEALTH_SECONDS:
-            self._lost(shard, ConnectionError("no answer to PING on the wake-up channel"))
-        elif shard.pinged is None and now - shard.heard > _HEALTH_SECONDS:
-            shard.pinged = now
-            self._send(shard, "PING")
-
-    def _lost(self, shard: Shard, exc: BaseException) -> None:
-        """The connection failed: its channels go back to be routed afresh (the slots may
-        have moved) once the cluster is asked again; the node after a pause."""
-        if self._outage:
-            logger.debug("Sharded wake-up channel still away (%s); reconnecting.", exc)
-        else:
-            self._outage = True
-            logger.warning("Sharded wake-up channel lost (%s); reconnecting.", exc)
-        shard.close()
-        shard.retry_at = time.monotonic() + shard.backoff
-        shard.backoff = min(shard.backoff * 2, _MAX_BACKOFF_SECONDS)
-        self._unhome(shard, set(shard.channels))
-        self._ask_cluster()
-
-    def _unhome(self, shard: Shard, channels: set[str]) -> None:
-        for channel in channels:
-            shard.channels.discard(channel)
-            shard.confirmed.discard(channel)
-            if self._homes.get(channel) is shard:
-                del self._homes[channel]
-
-    def _pause(self) -> float:
-        """How long the next select may last: a tick, less while a channel has no home or a
-        shard waits to connect."""
-        with self._mutex:
-            homeless = any(channel not in self._homes for channel in self._wanted)
-        if homeless:
-            return FIRST_BACKOFF_SECONDS
-        pending = [s.retry_at for s in self._shards.values() if s.connection is None]
-        if pending:
-            return max(0.0, min(_TICK_SECONDS, min(pending) - time.monotonic()))
-        return _TICK_SECONDS
-
-    def _read(self, seconds: float) -> None:
-        """Wait up to ``seconds`` for a reply on any connection (or the bell), and act on
-        what came."""
-        by_socket = {shard.sock: shard for shard in self._shards.values() if shard.sock}
-        try:
-            ready, _, _ = select.select([self._bell, *by_socket], [], [], seconds)
-        except (OSError, ValueError):  # a socket closed meanwhile: look again
-            ready = list(by_socket)
-        for sock in ready:
-            if sock is self._bell:
-                with contextlib.suppress(OSError):
-                    self._bell.recv(4096)
+    def _serve_waiters(self) -> None:
+        """Keep the subscriptions in line with the channels waited on and read them, until
+        stopped or nobody waited for _IDLE_SECONDS; parked while only messages can come and
+        no waiter is registered (one that comes reads for itself, :meth:`serve`)."""
+        subscriptions = self._subscriptions
+        quiet_since = settle_at = time.monotonic()
+        wanted: set[str] = set()
+        while not self._stop.is_set():
+            now = time.monotonic()
+            # Only grants came since the last look: straight on, so that the thread lets go of
+            # the interpreter as soon as it woke their waiters.
+            if subscriptions.changed or now >= settle_at:
+                with self._mutex:
+                    waiting, wanted = bool(self._tickets), set(self._wanted)
+                if waiting:
+                    quiet_since = now
+                elif now - quiet_since > _IDLE_SECONDS and self._retire():
+                    return
+                subscriptions.settle(wanted)
+                settle_at = time.monotonic() + subscriptions.pause(wanted)
+            if not self._tickets and subscriptions.settled(wanted):
+                self._park(settle_at)
             else:
-                self._drain(by_socket[sock])
+                subscriptions.read(max(0.0, settle_at - time.monotonic()))
 
-    def _drain(self, shard: Shard) -> None:
-        """Act on every reply already there on ``shard``'s connection."""
-        for _ in range(_MAX_READS):
-            replies = shard.replies
-            if replies is None:
-                return
-            try:
-                reply = replies.read(0)
-            except Exception as exc:
-                if redirected(exc):
-                    self._moved(shard, exc)
-                    continue
-                self._lost(shard, exc)
-                return
-            if reply is NOTHING:
-                return
-            shard.heard, shard.pinged = time.monotonic(), None
-            self._act(shard, reply)
+    def _park(self, until: float) -> None:
+        """Leave the connections to the waiters that come until one needs the thread or it
+        is time to look; then take them back and act on what came meanwhile."""
+        self._reading.release()
+        try:
+            self._unpark.wait(max(0.0, until - time.monotonic()))
+            self._unpark.clear()
+        finally:
+            self._claimed = True
+            self._reading.acquire()
+            self._claimed = False
+        self._subscriptions.catch_up()
 
-    def _act(self, shard: Shard, reply: Any) -> None:
-        kind = text_of(reply[0]) if isinstance(reply, list) and reply else ""
-        if kind == "smessage" and len(reply) >= 3:
-            self._dispatch(reply[2])
-        elif kind == "ssubscribe" and len(reply) >= 2:
-            channel = text_of(reply[1])
-            shard.confirmed.add(channel)
-            shard.backoff = FIRST_BACKOFF_SECONDS
-            if self._outage:
-                self._outage = False
-                logger.info("Sharded wake-up channel is back.")
-            with contextlib.suppress(*errors.CLIENT):
-                self._backend.note_served(channel, shard.node)  # its waiters' calls go there
-            self._wake_channel(channel)  # a grant sent before this was not heard
-        elif kind == "sunsubscribe" and len(reply) >= 2:
-            channel = text_of(reply[1])
-            if channel in shard.leaving:
-                shard.leaving.discard(channel)
-            else:  # the node let the slot go (moved, or the node is a replica now)
-                logger.info("Wake-up channel %s moves with its slot.", channel)
-                self._unhome(shard, {channel})
-                self._ask_cluster()
-
-    def _moved(self, shard: Shard, exc: Exception) -> None:
-        """An SSUBSCRIBE went to a node that does not serve the slot: the channels of this
-        shard not yet confirmed are routed again once the cluster is asked where slots are."""
-        logger.debug("Wake-up channel redirected: %s", exc)
-        self._unhome(shard, shard.channels - shard.confirmed)
-        self._asked_at = 0.0
-        self._ask_cluster()
+    def _retire(self) -> bool:
+        """End the thread, idle channels and connections with it, unless a waiter came."""
+        with self._mutex:
+            if self._tickets:
+                return False
+            self._wanted.clear()
+            self._thread = None
+            return True
 
     def _dispatch(self, data: bytes | str) -> None:
         """``secret:token:acquired_at`` hands a lock over; ``secret:lease_ms`` nudges."""

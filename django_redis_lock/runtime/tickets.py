@@ -7,6 +7,8 @@ import asyncio
 import collections
 import contextlib
 import threading
+import time
+from collections.abc import Callable
 from typing import NamedTuple, Protocol
 
 from django_redis_lock.backends.base import LockKeys
@@ -194,3 +196,36 @@ class WakeUps(Protocol):
     def stop(self) -> None:
         """Stop for good: the backend is dropped."""
         ...
+
+
+def serve_reading(
+    ticket: SyncTicket,
+    seconds: float,
+    reading: threading.Lock,
+    claimed: Callable[[], bool],
+    read_until: Callable[[threading.Lock, float], bool],
+    leave: Callable[[SyncTicket], None],
+) -> None:
+    """How a listener lets a waiting thread read for itself (its ``serve``): wait up to
+    ``seconds`` for ``ticket``'s wake-up, and meanwhile, while the right to read (``reading``)
+    is free and the listener's thread does not ask for it back (``claimed()``), read:
+    ``read_until(signal, deadline)`` reads until the signal is given, time is up or it is
+    claimed, and says False when the listener's thread must act first (it reads then, and
+    wakes the waiter); ``leave(ticket)`` gives the right back. The wake-up is taken once
+    given."""
+    deadline = time.monotonic() + seconds
+    signal = ticket.signal
+    while not signal.acquire(blocking=False):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        if claimed() or not reading.acquire(blocking=False):
+            signal.acquire(timeout=left)  # whoever reads wakes this waiter
+            return
+        try:
+            read = read_until(signal, deadline)
+        finally:
+            leave(ticket)
+        if not read:
+            signal.acquire(timeout=max(0.0, deadline - time.monotonic()))
+            return

@@ -164,9 +164,9 @@ def test_a_hand_over_sends_no_classic_message_over_the_cluster_bus(
         _woken_after_release(waiter.acquire, holder.release, _queued(name))
         holder, waiter = waiter, holder
     after = bus_messages(on_cluster)
-    assert after["classic"] == before["classic"]
+    assert after["classic"] == before["classic"], (before, after)
     # One message per replica of the lock's shard (one here) for each grant.
-    assert hand_overs <= after["sharded"] - before["sharded"] <= 2 * hand_overs
+    assert hand_overs <= after["sharded"] - before["sharded"] <= 2 * hand_overs, (before, after)
     holder.release()
 
 
