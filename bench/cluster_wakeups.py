@@ -1,9 +1,9 @@
 """Wake-ups and spread on clusters of 3 and of 6 primaries, beside one redis-server, in one run.
 
 Part of ``python3 dev.py bench cluster`` (bench/cluster.py adds these rows to its own). It
-starts a cluster of 3 and one of 6 primaries (a replica each) and a lone redis-server, all
-at once, and every repeat runs each measurement on each of them, in an order rotated between
-repeats, with django_redis_lock and its defaults:
+starts a cluster of 3 and one of 6 primaries (a replica each) and a lone redis-server (with a
+replica, as each shard has), all at once, and every repeat runs each measurement on each of
+them, in an order rotated between repeats, with django_redis_lock and its defaults:
 
 - the contended hand-over (bench/peers.py's ``contended``: 4 processes on one lock, from a
   holder calling ``release()`` to a waiting process's ``acquire()`` returning) on each cluster
@@ -94,13 +94,20 @@ class Place:
 
 @contextmanager
 def places(cluster_caches: Callable[[str], dict[str, Any]]) -> Iterator[list[Place]]:
-    """The lone server and the clusters of :data:`SIZES` primaries, started and stopped."""
+    """The lone server and the clusters of :data:`SIZES` primaries, started and stopped. The
+    lone server has a replica, as each shard of the clusters has: every write costs the same
+    replication in both."""
     with ExitStack() as stack:
-        server = RedisServer(binary=find_redis_server()).start()
+        binary = find_redis_server()
+        server = RedisServer(binary=binary).start()
         stack.callback(server.stop)
+        replica = RedisServer.replica(server.host, server.port, binary=binary).start()
+        stack.callback(replica.stop)
+        replica.wait_until_synced()
         caches = cluster_caches(server.url)  # then the same client library, on one server:
         caches["default"]["BACKEND"] = "django_valkey.cache.ValkeyCache"
-        found = [Place(ONE_SERVER, caches, [server], [server], server.url, lambda _: server)]
+        nodes = [server, replica]
+        found = [Place(ONE_SERVER, caches, [server], nodes, server.url, lambda _: server)]
         for size in SIZES:
             topology = stack.enter_context(ClusterTopology(primaries=size, replicas=1))
             caches, counter = cluster_caches(topology.url), topology.primary_of("counter").url
@@ -310,14 +317,15 @@ def rows(found: Found, cycles: int = HAND_OVER_CYCLES) -> list[str]:
         f"and ``SPUBLISH`` calls, over {grants:,} grants): {bus}. A classic ``PUBLISH`` goes "
         "to every other node; a sharded one stays on the lock's shard, reaching its replica",
         f"contended, {peers.PROCESSES} processes on one lock ({cycles} cycles each), the "
-        f"handoff gap p50 with sharded wake-ups against one redis-server in the same run "
-        f"({gap(ONE_SERVER):.0f} µs; median of each repeat's ratio, and its range): {gaps}. "
-        "The holder's ``release()`` comes first in a hand-over; uncontended, that call alone "
-        f"takes {releases}: the cluster client's path to a node, where one server's scripts "
-        "go on a connection kept aside",
+        "handoff gap p50 with sharded wake-ups against one redis-server with a replica, as "
+        f"each shard has, in the same run ({gap(ONE_SERVER):.0f} µs; median of each repeat's "
+        f"ratio, and its range): {gaps}. The holder's ``release()`` comes first in a "
+        f"hand-over; uncontended, that call alone takes {releases} (a cluster's scripts go "
+        "on connections kept aside for each node, as one server's do)",
         f"independent locks, {CYCLERS} processes (on 2 cores, which the servers share) each "
         "cycling acquire + release over names of its own, one on each primary, for "
-        f"{CYCLING_SECONDS:.0f} s: one redis-server {rates[ONE_SERVER]:,.0f} cycles/s, "
+        f"{CYCLING_SECONDS:.0f} s: one redis-server (with its replica) "
+        f"{rates[ONE_SERVER]:,.0f} cycles/s, "
         f"{first} {rates[first]:,.0f} ({rates[first] / rates[ONE_SERVER]:.2f}x), {last} "
         f"{rates[last]:,.0f} ({rates[last] / rates[first]:.2f}x {first}'s); each primary's "
         f"share of the primaries' CPU (``INFO cpu``): {shares}. CPU per cycle, µs, the "

@@ -1071,7 +1071,7 @@ def main() -> None:
             "",
             "From bench/cluster.py, on a cluster of its own (three primaries with a replica each),",
             "and (bench/cluster_wakeups.py) on clusters of three and of six primaries with a",
-            "replica each and a lone redis-server, all started for the same run:",
+            "replica each and a lone redis-server with a replica, all started for the same run:",
             "",
             *[f"- {row}" for row in cluster_rows],
             "",
@@ -1253,21 +1253,22 @@ profile row shows both beside the floor's. Across machines, where a round trip c
 hundreds of microseconds and every primary has a core, the ratio falls toward 1.
 
 *Cluster: the hand-over against one server's (issue 43).* With sharded wake-ups the grant
-stays on the lock's shard (one bus message, to its replica), but a hand-over on the cluster
-still takes about twice one server's in the same run (1.95x on 3 primaries and 2.13x on 6 at
-the median of the repeats, 1.3x to 2.9x in single repeats). The cluster bus is
-not what costs: classic wake-ups, which cross it, took about as long on 3 primaries. Nor is
-the listener's hop: the sharded listener wakes a waiting thread from its own thread, where on
-one server a lone waiting thread reads its connection itself; forcing that hop on one server
-(every grant read by the listener thread) gave 167 to 205 µs against 175 to 236 µs without it,
-4 interleaved rounds, within the noise. What the cluster adds is the client's path: the
-holder's ``release()`` sends its script through valkey-py's ``ValkeyCluster`` (its slot and
-node look-up and its pool's bookkeeping), where on one server it goes on a connection kept
-aside (``backends/lane.py``), so the call alone takes about twice as long (the rows above; 73
-against 146 to 207 µs in those rounds), and the servers' work per cycle doubles with a
-replica to feed. On two cores the clients and nineteen servers share, that also bounds the
-throughput of locks spread over the primaries: 3 and 6 primaries give the same cycles per
-second, the load evenly spread, because the CPU, not a primary, is the limit.
+stays on the lock's shard (one bus message, to its replica), and a hand-over on the cluster
+takes 1.14x one server's with a replica (as each shard has) on 3 primaries and 1.13x on 6, at
+the median of the repeats of one run (1.04x to 1.35x in single repeats). Two things brought
+it there from about twice: a cluster's scripts go on connections kept aside for the node of
+their slot (``backends/lane.py``), as one server's do, where valkey-py's ``ValkeyCluster``
+looks the slot and node up and keeps its pool's books on every call (an uncontended
+``release()`` now takes 147 to 149 µs against one server's 140); and a lone waiting thread
+reads its own grant off the shard's connection while the listener's thread is parked, as on
+one server, where the thread's hop cost about 80 µs per hand-over on this machine (the waiter
+returned 80 to 100 µs after the holder's ``release()`` did, against 20 on one server).
+Compared with a lone server without a replica, a cluster whose shards each feed a replica
+does twice the servers' work per write, and on two cores that alone shows in every figure.
+The same bound holds for locks spread over the primaries: 3 and 6 primaries give about the
+same cycles per second (0.94x), the load evenly spread, because the CPU the clients and
+nineteen servers share, not a primary, is the limit; growth with the primaries needs cores
+for them.
 
 Reading the numbers
 -------------------
