@@ -4,6 +4,7 @@ through slot moves and failovers, for every kind of waiter; classic PUBLISH on r
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -11,6 +12,7 @@ from typing import Any
 
 import pytest
 import valkey
+import valkey.exceptions
 from django.test.utils import override_settings
 
 from django_redis_lock import Lock, leader, lock, rwlock, semaphore
@@ -18,6 +20,7 @@ from django_redis_lock.backends.cluster import SHARDED_MARK, ClusterLockBackend
 from django_redis_lock.ops.rules import CLASSIC_WAKE_UPS, SHARDED_WAKE_UPS
 from django_redis_lock.runtime import runtime, shards
 from django_redis_lock.runtime.shards import ShardedListener
+from django_redis_lock.runtime.tickets import Grant, SyncTicket
 from testproject.cluster import ClusterTopology, info_cluster, keyslot
 from testproject.redis_server import RedisServer
 from testproject.topology import call, wait_for
@@ -434,3 +437,39 @@ def test_the_thread_hangs_up_once_nobody_waited_for_a_while(
     )
     # A new wait starts it again.
     _waited_on([name])
+
+
+def test_a_subscription_sent_to_a_node_that_does_not_serve_the_slot_follows_moved(
+    on_cluster: ClusterTopology, caplog: pytest.LogCaptureFixture
+) -> None:
+    name = "sharded:misrouted"
+    key = keys(name).lock
+    owner = on_cluster.primary_of(key)
+    wrong = next(server for server in on_cluster.primaries() if server is not owner)
+    backend = runtime().backend()
+    assert isinstance(backend, ClusterLockBackend)
+    listener = runtime().listener(backend)
+    assert isinstance(listener, ShardedListener)
+    # The client believes another primary serves the slot (as after a stale look at the
+    # cluster): the listener's SSUBSCRIBE goes there first, and is refused with MOVED.
+    backend.client.nodes_manager.update_moved_exception(
+        valkey.exceptions.MovedError(f"{keyslot(key)} {wrong.host}:{wrong.port}")
+    )
+    caplog.set_level(logging.DEBUG, logger="django_redis_lock")
+    ticket, channel = SyncTicket(), listener.channel_for(keys(name))
+    listener.register("misrouted-secret", ticket, channel)
+    listener.start()
+    try:
+        wait_for(
+            "the subscription to follow MOVED",
+            lambda: shard_subscribers(owner, channel[1:]) or None,
+            10,
+        )
+        assert "Wake-up channel redirected" in caplog.text
+        assert shard_subscribers(wrong, channel[1:]) == 0
+        call(owner.host, owner.port, "SPUBLISH", channel[1:], "misrouted-secret:7:8")
+        # The confirmation told the waiter to look again (None), unless the grant came first.
+        message = ticket.wait(10)
+        assert (message if message is not None else ticket.wait(10)) == Grant(7, 8)
+    finally:
+        listener.unregister("misrouted-secret")
