@@ -281,10 +281,12 @@ class ClusterLockBackend(LockBackend):
 
 
 def _knows_spublish(client: Client) -> bool:
-    """Whether the server of ``client`` has sharded pub/sub (COMMAND INFO of an unknown
-    command answers a nil)."""
-    found = client.execute_command("COMMAND", "INFO", "SPUBLISH")
-    return bool(found) and any(found.values() if isinstance(found, dict) else found)
+    """Whether the server of ``client`` has sharded pub/sub: Redis 7 and later (Valkey says
+    7.2.4 there). From INFO, which every client library version parses alike (older
+    valkey-py releases fail on their own parse of COMMAND INFO)."""
+    version = str(client.info("server").get("redis_version", ""))
+    major = version.partition(".")[0]
+    return major.isdigit() and int(major) >= 7
 
 
 def _async_cluster_options(client: Client) -> dict[str, Any]:
