@@ -133,6 +133,7 @@ def test_e018_accepts_auto_and_classic(value: str) -> None:
     assert _ids(REDIS_LOCK={"CLUSTER_WAKE_UPS": value}) == []
 
 
+@pytest.mark.django_db  # Django 6.1's model checks ask the database about JSONField
 def test_e018_is_reported_by_manage_py_check() -> None:
     refused = "REDIS_LOCK['CLUSTER_WAKE_UPS'] must be \"auto\" or \"classic\", not 'sharded'."
     with (
