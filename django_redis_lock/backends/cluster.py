@@ -98,9 +98,7 @@ class ClusterLockBackend(LockBackend):
         if lane is not None:
             try:
                 return self._scripts[script].run(lane, encoded, args)
-            except (
-                errors.CONNECTION + errors.TIMEOUT + errors.RESPONSE + errors.CLUSTER_AWAY
-            ) as exc:
+            except _FALL_BACK as exc:
                 if isinstance(exc, errors.RESPONSE) and not errors.elsewhere(exc):
                     raise  # the script's own error: the cluster client would get it too
         return self._scripts[script].run(self.client, encoded, args)
