@@ -118,11 +118,9 @@ class Runtime:
         return listener
 
     def _new_listener(self, backend: Backend) -> WakeUps:
-        parts = list(backend.listens_on())
-        sharded = isinstance(backend, ClusterLockBackend) and backend.sharded_wake_ups()
-        if parts == [backend] and sharded:
-            assert isinstance(backend, ClusterLockBackend)
+        if isinstance(backend, ClusterLockBackend) and backend.sharded_wake_ups():
             return ShardedListener(backend)
+        parts = list(backend.listens_on())
         if parts == [backend] and isinstance(backend, LockBackend):
             return Listener(backend)
         return CompositeListener([self.one_listener(part) for part in parts])
