@@ -20,6 +20,12 @@ from django.core.exceptions import ImproperlyConfigured
 
 from django_redis_lock import scripts
 from django_redis_lock.backends import errors
+from django_redis_lock.backends.acked import (
+    aacked_results,
+    acked_commands,
+    acked_results,
+    acknowledged,
+)
 from django_redis_lock.backends.base import (
     NAME_MARK,
     TAG_FRAME,
@@ -43,7 +49,6 @@ from django_redis_lock.backends.clients import (
 from django_redis_lock.backends.lane import Lane, lane_for
 from django_redis_lock.backends.reads import ListingReads
 from django_redis_lock.conf import lock_settings
-from django_redis_lock.exceptions import LockNotReplicated
 from django_redis_lock.scripts import ScriptName
 
 
@@ -183,11 +188,15 @@ class LockBackend(ListingReads):
             if not demoted(exc):
                 raise
         # The server is a replica now (it wrote nothing): once more, on the current primary.
+        self._follow_primary()
+        return self._scripts[script].run(self._caller, keys, args)
+
+    def _follow_primary(self) -> None:
+        """Hang up on a demoted primary and ask the sentinels for the current one."""
         self.client.connection_pool.disconnect(inuse_connections=False)
         if self._lane is not None:
             self._lane.close()
         self.primary_address()
-        return self._scripts[script].run(self._caller, keys, args)
 
     async def arun(
         self, script: ScriptName, keys: Sequence[str | bytes], args: Sequence[Any]
@@ -211,46 +220,36 @@ class LockBackend(ListingReads):
     ) -> Any:
         """:meth:`run` followed by ``WAIT`` for :attr:`wait_replicas`, in one round trip; its
         reply, or LockNotReplicated when fewer replicas acknowledged in time."""
-        results: list[Any] = []
-        for command in self._acked_commands(script, keys, args):
-            pipe = self.client.pipeline(transaction=False)
-            for part in command:
-                pipe.execute_command(*part)
-            results = pipe.execute(raise_on_error=False)
-            if not isinstance(results[0], errors.NO_SCRIPT):
-                break
+        commands = acked_commands(self._scripts[script], keys, args, self._wait)
+        results = acked_results(self.client, commands)
+        if isinstance(results[0], Exception) and demoted(results[0]):
+            # The server is a replica now (it wrote nothing): once more, on the current primary.
+            self._follow_primary()
+            results = acked_results(self.client, commands)
         if self._short(results) and self.sentinel:
             with contextlib.suppress(Exception):  # a demoted primary lost its replicas
                 self.primary_address()
-        return self._acknowledged(script, results)
+        return acknowledged(script, results, *self._wait)
 
     async def arun_acked(
         self, script: ScriptName, keys: Sequence[str | bytes], args: Sequence[Any]
     ) -> Any:
         """:meth:`run_acked` for async code."""
-        results: list[Any] = []
         client = self.async_client()
-        for command in self._acked_commands(script, keys, args):
-            try:
-                results = await _apipelined(client, command)
-            except errors.CONNECTION:  # as arun: a connection that died while idle
-                results = await _apipelined(client, command)
-            if not isinstance(results[0], errors.NO_SCRIPT):
-                break
+        commands = acked_commands(self._scripts[script], keys, args, self._wait)
+        results = await aacked_results(client, commands)
+        if isinstance(results[0], Exception) and demoted(results[0]):
+            await self._afollow_primary(client)  # as run_acked: a replica now, it wrote nothing
+            results = await aacked_results(client, commands)
         if self._short(results) and self.sentinel:
             with contextlib.suppress(Exception):  # as run_acked, without blocking the loop
                 await self._afollow_primary(client)
-        return self._acknowledged(script, results)
+        return acknowledged(script, results, *self._wait)
 
-    def _acked_commands(
-        self, script: ScriptName, keys: Sequence[str | bytes], args: Sequence[Any]
-    ) -> list[tuple[tuple[Any, ...], ...]]:
-        """The pipelines to try in turn: the script by its SHA, then (unknown) by its source."""
-        lua, wait = self._scripts[script], ("WAIT", self.wait_replicas, self.wait_timeout_ms)
-        return [
-            (("EVALSHA", lua.sha, len(keys), *keys, *args), wait),
-            (("EVAL", lua.source, len(keys), *keys, *args), wait),
-        ]
+    @property
+    def _wait(self) -> tuple[int, int]:
+        """The replicas to wait for, and for how long (ms)."""
+        return self.wait_replicas, self.wait_timeout_ms
 
     def _short(self, results: list[Any]) -> bool:
         """Whether fewer replicas than needed acknowledged the script (its error raised)."""
@@ -264,22 +263,6 @@ class LockBackend(ListingReads):
                         self.primary_address()
                 raise result
         return int(results[1]) < self.wait_replicas
-
-    def _acknowledged(self, script: ScriptName, results: list[Any]) -> Any:
-        """The script's reply, or LockNotReplicated when it granted something too few
-        replicas acknowledged. An array reply (a busy acquire) granted nothing: it needs no
-        acknowledgement, and comes back as it is."""
-        reply, acknowledged = results
-        if int(acknowledged) >= self.wait_replicas or isinstance(reply, list):
-            return reply
-        raise LockNotReplicated(
-            f"{acknowledged} of the {self.wait_replicas} replicas REDIS_LOCK['WAIT_REPLICAS'] "
-            f"asks for acknowledged the lock's {script} within "
-            f"{self.wait_timeout_ms / 1000:g} s (REDIS_LOCK['WAIT_TIMEOUT'])",
-            int(acknowledged),
-            self.wait_replicas,
-            reply,
-        )
 
     def queue(
         self, pipe: Any, script: ScriptName, keys: Sequence[str | bytes], args: Sequence[Any]
@@ -387,12 +370,3 @@ class LockBackend(ListingReads):
         """A connection of its own to the primary, configured like the cache's (address,
         auth, TLS, Sentinel) but outside its pool, reading with ``read_timeout``."""
         return connection_of(self.client.connection_pool, read_timeout)
-
-
-async def _apipelined(client: Client, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
-    """``commands`` in one pipeline of an asyncio client; their replies (errors as values)."""
-    pipe = client.pipeline(transaction=False)
-    for command in commands:
-        pipe.execute_command(*command)
-    results: list[Any] = await pipe.execute(raise_on_error=False)
-    return results
