@@ -163,6 +163,7 @@ class MultiLock(Holding):
         if self._secrets and not self.lost:
             raise LockError(f"This MultiLock object already holds {self.name!r}.")
         self._forget()
+        self.lost = False
         deadline = None if limit is None else time.monotonic() + limit
         secrets = tuple(new_secret() for _ in self.names)
         try:
@@ -176,6 +177,7 @@ class MultiLock(Holding):
         except LateGrant:  # given back already
             raise
         except BaseException as exc:
+            self._stop_renewing()
             yield from self._leaving(secrets, now=not isinstance(exc, LockUnavailable))
             raise
         if taken is None:
@@ -221,10 +223,13 @@ class MultiLock(Holding):
                 self._backend.wait_replicas > 0,
             )
             acquired = yield from attempts(attempt)
-            if acquired is None:  # give back the names taken, and leave this one's queue
+            if acquired is None or self.lost:  # give back the names taken, leave the queue
+                self._stop_renewing()
                 yield from self._leaving(secrets[: index + 1], now=True)
                 return None
             taken.append(acquired)
+            # The names taken are kept alive while the next ones are waited for.
+            self._watch(self._held_secrets(secrets, taken), taken, repeat=True)
         return taken
 
     def _busy_at(self, index: int) -> Callable[[int, bool, int], None]:
@@ -248,27 +253,38 @@ class MultiLock(Holding):
                     now = False
             runtime().watchdog.settle(Settle(self._backend, keys, args, keys.script("leave")))
 
+    @staticmethod
+    def _held_secrets(secrets: tuple[str, ...], taken: list[Acquired]) -> tuple[str, ...]:
+        """The secret of each hold taken (a quorum attempt's own, else the acquire's)."""
+        return tuple(a.secret or s for a, s in zip(taken, secrets, strict=False))
+
+    def _watch(self, secrets: tuple[str, ...], taken: list[Acquired], *, repeat: bool) -> None:
+        """One watchdog entry for the names taken (the first ``len(taken)``), in place of the
+        last; a handed-over name's short lease is lengthened at a third of it."""
+        self._stop_renewing()
+        short = self._backend.handover_lease_ms
+        handed_over = any(a.handed_over for a in taken) and self._timeout_ms > short
+        if not (repeat or handed_over):
+            return
+        self._hold = ManyHold(
+            weakref.ref(self),
+            self._backend,
+            self._keys[: len(taken)],
+            secrets,
+            self._timeout_ms,
+            short if handed_over else self._timeout_ms,
+            repeat=repeat,
+            name=self.name,
+            set_secret=new_secret(),
+        )
+        runtime().watchdog.add(self._hold)
+
     def _took(self, secrets: tuple[str, ...], taken: list[Acquired]) -> bool:
-        self._secrets = tuple(a.secret or s for a, s in zip(taken, secrets, strict=True))
+        self._secrets = self._held_secrets(secrets, taken)
         self.fencing_tokens = {n: a.token for n, a in zip(self.names, taken, strict=True)}
         self.fencing_token = max(self.fencing_tokens.values())
-        self.lost, self.busy_name = False, None
-        # A handed-over name's lease is short: the watchdog lengthens it at a third of it.
-        short = self._backend.handover_lease_ms
-        confirm = any(a.handed_over for a in taken) and self._timeout_ms > short
-        if self._auto_renew or confirm:
-            self._hold = ManyHold(
-                weakref.ref(self),
-                self._backend,
-                self._keys,
-                self._secrets,
-                self._timeout_ms,
-                short if confirm else self._timeout_ms,
-                repeat=self._auto_renew,
-                name=self.name,
-                set_secret=new_secret(),
-            )
-            runtime().watchdog.add(self._hold)
+        self.busy_name = None
+        self._watch(self._secrets, taken, repeat=self._auto_renew)
         logger.debug("Acquired locks %r (fencing tokens %s).", self.name, self.fencing_tokens)
         signals.send(signals.lock_acquired, self, self.fencing_token)
         return True

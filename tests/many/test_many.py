@@ -3,6 +3,7 @@ losses reported for the set, bad input refused before any round trip."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -145,3 +146,16 @@ def test_names_are_sorted_and_shown() -> None:
     assert isinstance(many, MultiLock)
     assert many.names == ("a", "b", "c")
     assert repr(many) == "<MultiLock ['a', 'b', 'c'] not held>"
+
+
+def test_names_taken_while_waiting_for_the_next_are_kept_alive() -> None:
+    """Waiting for a busy name longer than a taken name's lease: the watchdog keeps it."""
+    other = lock("k2", timeout=5)
+    assert other.acquire()
+    releaser = threading.Timer(1.0, other.release)  # the holder's work outlasts k1's lease
+    releaser.start()
+    many = lock_many(["k1", "k2"], timeout=0.3)
+    assert many.acquire(blocking_timeout=5)
+    releaser.join()
+    assert lock("k1").locked()
+    many.release()  # LockNotOwned if k1 had expired meanwhile
