@@ -111,6 +111,8 @@ class MultiLock(Holding):
         self.busy_name: str | None = None
         #: Seconds left of that name's holder's lease (None: not known).
         self.busy_ttl: float | None = None
+        #: Seconds that holder had held it (None: not known).
+        self.busy_held: float | None = None
 
     def __repr__(self) -> str:
         state = "held" if self._secrets else "not held"
@@ -193,7 +195,7 @@ class MultiLock(Holding):
         sent = time.monotonic()
         reply = yield Call("many_acquire", keys, args, acked=True)
         if int(reply[0]) != 1:
-            self._busy(int(reply[1]) - 1, int(reply[2]))
+            self._busy(int(reply[1]) - 1, int(reply[2]), int(reply[3]))
             return None
         if (time.monotonic() - sent) * 1000 >= self._timeout_ms:
             yield from self._leaving(secrets, now=True)
@@ -234,11 +236,12 @@ class MultiLock(Holding):
 
     def _busy_at(self, index: int) -> Callable[[int, bool, int], None]:
         """What hears the busy answers for the name at ``index`` of the set."""
-        return lambda lease_left_ms, _first, _held: self._busy(index, lease_left_ms)
+        return lambda lease_left_ms, _first, held_ms: self._busy(index, lease_left_ms, held_ms)
 
-    def _busy(self, index: int, lease_left_ms: int) -> None:
+    def _busy(self, index: int, lease_left_ms: int, held_ms: int) -> None:
         self.busy_name = self.names[index]
         self.busy_ttl = lease_left_ms / 1000 if lease_left_ms >= 0 else None
+        self.busy_held = held_ms / 1000 if held_ms >= 0 else None
 
     def _leaving(self, secrets: tuple[str, ...], *, now: bool) -> Flow[None]:
         """Give back what an attempt with ``secrets`` may have got of each name, or take it
