@@ -1,4 +1,4 @@
-from django_redis_lock import lock_many
+from django_redis_lock import current_lock, lock_many, locked
 from myapp.work import amove_stock, move_stock
 
 
@@ -23,3 +23,9 @@ def try_transfer(source, target, quantity):
 async def atransfer(source, target, quantity):
     async with lock_many([f"warehouse:{source}", f"warehouse:{target}"]):
         await amove_stock(source, target, quantity)
+
+
+# The same with @locked: a list of names or templates; current_lock() is the MultiLock.
+@locked(["warehouse:{source}", "warehouse:{target}"], blocking_timeout=10)
+def restock(source, target, quantity):
+    move_stock(source, target, quantity, fences=current_lock().fencing_tokens)

@@ -3,11 +3,13 @@ losses reported for the set, bad input refused before any round trip."""
 
 from __future__ import annotations
 
+import io
 import threading
 import time
 
 import pytest
 import redis
+from django.core.management import call_command
 
 from django_redis_lock import LockBusy, LockNotOwned, MultiLock, get_lock_manager, lock, lock_many
 from django_redis_lock.runtime import runtime
@@ -120,6 +122,15 @@ def test_listing_shows_the_other_names_of_the_set() -> None:
         "s2": "nightly (held with s1, s3)",
         "s3": "nightly (held with s1, s2)",
     }
+
+
+def test_locks_list_shows_each_name_with_the_others_of_its_set() -> None:
+    out = io.StringIO()
+    with lock_many(["s1", "s2"]):
+        call_command("locks", "list", "--pattern", "s*", stdout=out)
+    text = out.getvalue()
+    assert "held with s2" in text
+    assert "held with s1" in text
 
 
 @pytest.mark.parametrize(
