@@ -80,11 +80,11 @@ def validate_names(names: object) -> tuple[str, ...]:
         )
     if not names:
         raise ValueError("names must name at least one lock.")
-    checked = [validate_name(name) for name in names]
-    twice = sorted(name for name, count in Counter(checked).items() if count > 1)
-    if twice:
+    checked = sorted(validate_name(name) for name in names)
+    if len(set(checked)) != len(checked):
+        twice = sorted(name for name, count in Counter(checked).items() if count > 1)
         raise ValueError(f"names must not repeat a lock name: {', '.join(map(repr, twice))}.")
-    return tuple(sorted(checked))
+    return tuple(checked)
 
 
 #: The most holders a semaphore may let in at once (each operation reads its holders).

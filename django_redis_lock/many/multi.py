@@ -17,6 +17,7 @@ async driver take to Redis (``core/drivers.py``).
 from __future__ import annotations
 
 import logging
+import os
 import time
 import weakref
 from collections.abc import Callable, Iterable
@@ -27,7 +28,7 @@ from django_redis_lock.backends.base import LockKeys
 from django_redis_lock.conf import lock_settings
 from django_redis_lock.core.attempts import Acquired, Attempt, attempts_for
 from django_redis_lock.core.drivers import adrive, drive
-from django_redis_lock.core.flows import HANDED_OVER, new_secret
+from django_redis_lock.core.flows import HANDED_OVER
 from django_redis_lock.core.holding import Holding, blocking_wait
 from django_redis_lock.core.steps import Call, Flow
 from django_redis_lock.exceptions import (
@@ -99,6 +100,9 @@ class MultiLock(Holding):
         self._labels = tuple(held_with(self.label, name, self.names) for name in self.names)
         self._backend = runtime().for_locks(validate_using(using))
         self._keys: tuple[LockKeys, ...] = tuple(self._backend.keys_for(n) for n in self.names)
+        # The one-server scripts' keys, as tuples: the backend keeps them encoded.
+        self._acquire_keys = tuple(key for k in self._keys for key in (k.lock, k.queue))
+        self._release_keys = tuple(key for k in self._keys for key in (k.lock, k.queue, k.waiters))
         self._secrets: tuple[str, ...] = ()
         self._hold: ManyHold | None = None
         #: The fencing token of each name of this object's hold; empty when it holds nothing.
@@ -164,10 +168,11 @@ class MultiLock(Holding):
         the names one by one in sorted order under one deadline, given back on failure."""
         if self._secrets and not self.lost:
             raise LockError(f"This MultiLock object already holds {self.name!r}.")
-        self._forget()
+        if self._secrets:  # a lost hold's: forgotten
+            self._forget()
         self.lost = False
         deadline = None if limit is None else time.monotonic() + limit
-        secrets = tuple(new_secret() for _ in self.names)
+        secrets = self._new_secrets()
         try:
             if self._backend.one_server:
                 tokens = yield from self._in_one_script(secrets, owner)
@@ -186,14 +191,18 @@ class MultiLock(Holding):
             return False
         return self._took(secrets, taken)
 
+    def _new_secrets(self) -> tuple[str, ...]:
+        """128 random bits from the OS per name, as hex (one read for them all)."""
+        raw = os.urandom(16 * len(self.names)).hex()
+        return tuple(raw[at : at + 32] for at in range(0, len(raw), 32))
+
     def _in_one_script(self, secrets: tuple[str, ...], owner: str) -> Flow[list[int] | None]:
         """Every name at once (their tokens), or None with nothing taken."""
-        keys = [key for k in self._keys for key in (k.lock, k.queue)]
         args: list[Any] = [self._timeout_ms, owner]
         for secret, label in zip(secrets, self._labels, strict=True):
             args += (secret, label)
         sent = time.monotonic()
-        reply = yield Call("many_acquire", keys, args, acked=True)
+        reply = yield Call("many_acquire", self._acquire_keys, args, acked=True)
         if int(reply[0]) != 1:
             self._busy(int(reply[1]) - 1, int(reply[2]), int(reply[3]))
             return None
@@ -278,7 +287,7 @@ class MultiLock(Holding):
             short if handed_over else self._timeout_ms,
             repeat=repeat,
             name=self.name,
-            set_secret=new_secret(),
+            set_secret=secrets[0],  # this acquisition's: a later hold's loss is not its
         )
         runtime().watchdog.add(self._hold)
 
@@ -326,8 +335,8 @@ class MultiLock(Holding):
     def _release_calls(self, secrets: tuple[str, ...]) -> Flow[list[int]]:
         """RELEASE's answer for each name: in one script on one server, else name by name."""
         if self._backend.one_server:
-            flat = [key for k in self._keys for key in (k.lock, k.queue, k.waiters)]
-            codes = yield Call("many_release", flat, [lock_settings.tombstone_ms, *secrets])
+            args = [lock_settings.tombstone_ms, *secrets]
+            codes = yield Call("many_release", self._release_keys, args)
             return [int(code) for code in codes]
         found = []
         for keys, secret in zip(self._keys, secrets, strict=True):

@@ -57,19 +57,35 @@ return out
 # Returns for each name what RELEASE returns for it: 1 released, 2 released and handed to its
 # next waiter (woken as RELEASE wakes it), 3 released by this secret already, 0 not held by it.
 MANY_RELEASE = (
-    PRELUDE_LUA
-    + QUEUE_PRELUDE_LUA
-    + """
-local out, now = {}, nil
+    """
+local out, queued = {}, false
 for i = 1, #KEYS / 3 do
-  local lock, queue, waiters = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i]
-  local secret = ARGV[i + 1]
-  local held = redis.call('HMGET', lock, 's', 'r', 't')
+  local lock, secret = KEYS[3 * i - 2], ARGV[i + 1]
+  local held = redis.call('HMGET', lock, 's', 'r')
   if held[1] ~= secret then
     out[i] = held[2] == secret and 3 or 0
+  elseif redis.call('EXISTS', KEYS[3 * i - 1]) == 0 then  -- nobody waits: tombstone() inline
+    redis.call('HSET', lock, 'r', secret)
+    redis.call('HDEL', lock, 's', 'o', 'l', 'a')
+    redis.call('PEXPIRE', lock, ARGV[1])
+    out[i] = 1
   else
-    if not now then now = now_us() end
-    if hand_over(lock, queue, waiters, now, held[3], secret) then
+    queued = true
+  end
+end
+-- The helpers are defined only when a name has waiters: a definition costs time per call.
+if not queued then return out end
+"""
+    + PRELUDE_LUA
+    + QUEUE_PRELUDE_LUA
+    + """
+local now = now_us()
+for i = 1, #KEYS / 3 do
+  if not out[i] then
+    local lock, queue, waiters = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i]
+    local secret = ARGV[i + 1]
+    local last = redis.call('HGET', lock, 't')
+    if hand_over(lock, queue, waiters, now, last, secret) then
       out[i] = 2
     else
       redis.call('HSET', lock, 'r', secret)
