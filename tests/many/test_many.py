@@ -13,8 +13,16 @@ from django.core.management import call_command
 
 from django_redis_lock import LockBusy, LockNotOwned, MultiLock, get_lock_manager, lock, lock_many
 from django_redis_lock.runtime import runtime
-from django_redis_lock.signals import lock_lost
-from tests.helpers import SyncDriver, counted_caches, received, round_trips, start, wait_until
+from django_redis_lock.signals import lock_lost, lock_released
+from tests.helpers import (
+    SyncDriver,
+    counted_caches,
+    received,
+    round_trips,
+    staff_client,
+    start,
+    wait_until,
+)
 from tests.many import scenarios
 from tests.many.scenarios import call
 
@@ -170,3 +178,32 @@ def test_names_taken_while_waiting_for_the_next_are_kept_alive() -> None:
     releaser.join()
     assert lock("k1").locked()
     many.release()  # LockNotOwned if k1 had expired meanwhile
+
+
+def test_the_release_hands_each_name_to_its_own_waiter(redis_client: redis.Redis) -> None:
+    many = lock_many(["h1", "h2", "h3"])
+    assert many.acquire()
+    tokens = dict(many.fencing_tokens)
+    first, second = lock("h1"), lock("h3")
+    got_first = start(lambda: first.acquire(blocking_timeout=10))
+    got_second = start(lambda: second.acquire(blocking_timeout=10))
+    wait_until(lambda: redis_client.exists(first._keys.queue, second._keys.queue) == 2)
+    with received(lock_released) as released:
+        many.release()
+    assert [each["lock"] for each in released] == [many]
+    assert got_first.result(5) is True
+    assert got_second.result(5) is True
+    assert first.fencing_token is not None
+    assert first.fencing_token > tokens["h1"]
+    assert not lock("h2").locked()
+    first.release()
+    second.release()
+
+
+@pytest.mark.django_db
+def test_the_admin_shows_each_name_with_the_others_of_its_set() -> None:
+    with lock_many(["ad1", "ad2"], label="<b>nightly</b>"):
+        page = staff_client("view_lock").get("/admin/django_redis_lock/lock/").content.decode()
+    assert "held with ad2" in page
+    assert "held with ad1" in page
+    assert "<b>nightly" not in page  # shown as text, escaped
