@@ -117,6 +117,7 @@ class MultiLock(Holding):
         self.busy_ttl: float | None = None
         #: Seconds that holder had held it (None: not known).
         self.busy_held: float | None = None
+        self._busy_told = False  # lock_busy sent during the acquire under way
 
     def __repr__(self) -> str:
         state = "held" if self._secrets else "not held"
@@ -170,7 +171,7 @@ class MultiLock(Holding):
             raise LockError(f"This MultiLock object already holds {self.name!r}.")
         if self._secrets:  # a lost hold's: forgotten
             self._forget()
-        self.lost = False
+        self.lost, self._busy_told = False, False
         deadline = None if limit is None else time.monotonic() + limit
         secrets = self._new_secrets()
         try:
@@ -181,11 +182,10 @@ class MultiLock(Holding):
                 if not wait:
                     return False
             taken = yield from self._one_by_one(secrets, owner, wait, deadline)
-        except LateGrant:  # given back already
-            raise
-        except BaseException as exc:
+        except BaseException as exc:  # give back what was taken: at once if Redis answers
             self._stop_renewing()
-            yield from self._leaving(secrets, now=not isinstance(exc, LockUnavailable))
+            answers = isinstance(exc, LateGrant) or not isinstance(exc, LockUnavailable)
+            yield from self._leaving(secrets, now=answers)
             raise
         if taken is None:
             return False
@@ -206,8 +206,7 @@ class MultiLock(Holding):
         if int(reply[0]) != 1:
             self._busy(int(reply[1]) - 1, int(reply[2]), int(reply[3]))
             return None
-        if (time.monotonic() - sent) * 1000 >= self._timeout_ms:
-            yield from self._leaving(secrets, now=True)
+        if (time.monotonic() - sent) * 1000 >= self._timeout_ms:  # given back by the caller
             raise LateGrant(
                 f"Redis granted {self.name!r}, but its reply took as long as the lease: the "
                 "grants were given back, not trusted."
@@ -248,6 +247,10 @@ class MultiLock(Holding):
         return lambda lease_left_ms, _first, held_ms: self._busy(index, lease_left_ms, held_ms)
 
     def _busy(self, index: int, lease_left_ms: int, held_ms: int) -> None:
+        """A name was found busy: note it and its holder's lease; ``lock_busy`` once a call."""
+        if not self._busy_told:
+            self._busy_told = True
+            signals.send(signals.lock_busy, self, None)
         self.busy_name = self.names[index]
         self.busy_ttl = lease_left_ms / 1000 if lease_left_ms >= 0 else None
         self.busy_held = held_ms / 1000 if held_ms >= 0 else None

@@ -13,7 +13,7 @@ from django.core.management import call_command
 
 from django_redis_lock import LockBusy, LockNotOwned, MultiLock, get_lock_manager, lock, lock_many
 from django_redis_lock.runtime import runtime
-from django_redis_lock.signals import lock_lost, lock_released
+from django_redis_lock.signals import lock_busy, lock_lost, lock_released
 from tests.helpers import (
     SyncDriver,
     counted_caches,
@@ -207,3 +207,10 @@ def test_the_admin_shows_each_name_with_the_others_of_its_set() -> None:
     assert "held with ad2" in page
     assert "held with ad1" in page
     assert "<b>nightly" not in page  # shown as text, escaped
+
+
+def test_lock_busy_is_sent_once_for_the_set() -> None:
+    with lock("u2"), received(lock_busy) as busy:
+        assert not lock_many(["u1", "u2"]).acquire(blocking_timeout=0.2)
+    assert [each["name"] for each in busy] == ["u1, u2"]
+    assert not lock("u1").locked()
