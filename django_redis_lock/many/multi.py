@@ -231,6 +231,7 @@ class MultiLock(Holding):
                 left,
                 self._busy_at(index),
                 self._backend.wait_replicas > 0,
+                lock_settings.stats,  # a busy name is counted in its statistics
             )
             acquired = yield from attempts(attempt)
             if acquired is None or self.lost:  # give back the names taken, leave the queue
