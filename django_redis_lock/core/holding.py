@@ -56,11 +56,13 @@ H = TypeVar("H", bound=Takes)
 
 
 class Holding:
-    """The context managers: on a clean exit from a block whose hold was lost, the release's
-    LockNotOwned is raised; on an exit with an exception, that exception is kept, logged."""
+    """Release, extend and the context managers of a Lock and a MultiLock. On a clean exit
+    from a block whose hold was lost, the release's LockNotOwned is raised; on an exit with an
+    exception, that exception is kept, logged."""
 
     def release(self: Driven) -> None:
-        """Release; LockNotOwned if this object does not hold it (each name, for a set)."""
+        """Release the lock (every name, for a set); LockNotOwned if this object does not hold
+        it."""
         if drive(self._backend, self._releasing(), self.name):
             _let_run()
 
