@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from rounds import Timer, command_line, forked, interleaved, setup_django  # noqa: E402
+from rounds import command_line, cycle_of, forked, interleaved, setup_django  # noqa: E402
 
 from testproject.redis_server import RedisServer, find_redis_server  # noqa: E402
 
@@ -32,21 +32,6 @@ PROCESSES = 8
 LIMIT = 3
 HOLD_SECONDS = 0.002
 CONTENDED_SECONDS = 4.0
-
-
-def _cycle(make: object) -> Timer:
-    """A timer of ``count`` cycles of ``with make(): pass`` (µs each)."""
-
-    def timed(count: int) -> float:
-        with make():  # type: ignore[operator]
-            pass  # connected, and the scripts loaded: outside the clock
-        started = time.perf_counter()
-        for _ in range(count):
-            with make():  # type: ignore[operator]
-                pass
-        return (time.perf_counter() - started) / count * 1e6
-
-    return timed
 
 
 def _contend(url: str) -> tuple[list[float], list[float]]:
@@ -131,10 +116,10 @@ def measure(cycles: int, repeats: int) -> list[str]:
     try:
         with override_settings(CACHES=build_caches(server.url)):
             timers = {
-                "lock": _cycle(lambda: lock("bench:lock")),
-                "semaphore": _cycle(lambda: semaphore("bench:semaphore", LIMIT)),
-                "read": _cycle(lambda: rwlock("bench:rw").read()),
-                "write": _cycle(lambda: rwlock("bench:rw").write()),
+                "lock": cycle_of(lambda: lock("bench:lock")),
+                "semaphore": cycle_of(lambda: semaphore("bench:semaphore", LIMIT)),
+                "read": cycle_of(lambda: rwlock("bench:rw").read()),
+                "write": cycle_of(lambda: rwlock("bench:rw").write()),
             }
             found = interleaved(timers, cycles, repeats)
             handovers, spans = _contend(server.url)

@@ -22,6 +22,7 @@ from django_redis_lock.exceptions import (
 from django_redis_lock.fencing import FencedModelMixin, FencedQuerySet, FenceField, fenced_update
 from django_redis_lock.leader import Leadership, leader
 from django_redis_lock.locked import locked
+from django_redis_lock.many import MultiLock, lock_many
 from django_redis_lock.ops import get_lock_manager
 from django_redis_lock.ops.manager import LockManager
 from django_redis_lock.ops.records import Listing, LockInfo, LockPage, Released
@@ -56,6 +57,7 @@ __all__ = [
     "LockPage",
     "LockStats",
     "LockUnavailable",
+    "MultiLock",
     "RateLimit",
     "RateLimited",
     "ReadWriteLock",
@@ -69,6 +71,7 @@ __all__ = [
     "get_lock_manager",
     "leader",
     "lock",
+    "lock_many",
     "locked",
     "rate_limit",
     "rwlock",

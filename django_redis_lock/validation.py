@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections import Counter
 from typing import NamedTuple
 
 #: The longest lock name accepted, in characters.
@@ -46,6 +47,44 @@ def validate_name(name: object) -> str:
     if name == "":
         raise ValueError("A lock name must not be empty.")
     return _text(name, "name", MAX_NAME_LENGTH)
+
+
+def holding_options(
+    blocking: object, blocking_timeout: object, auto_renew: object, default_renew: bool
+) -> tuple[bool, float | None, bool]:
+    """A lock's ``blocking``, ``blocking_timeout`` and ``auto_renew`` (None: ``default_renew``,
+    REDIS_LOCK AUTO_RENEW), checked, and checked together."""
+    wait, limit = validate_flag(blocking, "blocking"), validate_blocking_timeout(blocking_timeout)
+    refuse_contradiction(wait, limit)
+    renew = default_renew if auto_renew is None else validate_flag(auto_renew, "auto_renew")
+    return wait, limit, renew
+
+
+def extend_options(
+    additional_time: object, replace_ttl: object, default_ms: int
+) -> tuple[int, str]:
+    """extend()'s milliseconds (None: ``default_ms``, the timeout) and EXTEND's mode."""
+    ms = (
+        default_ms if additional_time is None else seconds_to_ms(additional_time, "additional_time")
+    )
+    return ms, "replace" if validate_flag(replace_ttl, "replace_ttl") else "add"
+
+
+def validate_names(names: object) -> tuple[str, ...]:
+    """``names`` (a list, tuple or set of lock names, each as :func:`validate_name` wants it,
+    no two alike) as a sorted tuple: the one order every caller takes them in."""
+    if not isinstance(names, (list, tuple, set, frozenset)):
+        raise TypeError(
+            f"names must be a list, tuple or set of lock names, not {type(names).__name__}"
+            f" ({names!r})."
+        )
+    if not names:
+        raise ValueError("names must name at least one lock.")
+    checked = sorted(validate_name(name) for name in names)
+    if len(set(checked)) != len(checked):
+        twice = sorted(name for name, count in Counter(checked).items() if count > 1)
+        raise ValueError(f"names must not repeat a lock name: {', '.join(map(repr, twice))}.")
+    return tuple(checked)
 
 
 #: The most holders a semaphore may let in at once (each operation reads its holders).

@@ -30,7 +30,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"metrics"}),
     frozenset({"backends"}),
     frozenset({"runtime"}),
-    frozenset({"core", "rate"}),
+    frozenset({"core", "rate", "many"}),
     frozenset({"ops"}),
     frozenset({"locked", "unique", "fencing", "leader"}),
     frozenset({"admin", "management", "checks", "apps", "models", "migrations", "__init__"}),

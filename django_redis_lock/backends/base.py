@@ -135,6 +135,9 @@ class Backend(Protocol):
     sentinel: bool
     #: Whether waiters queue on the server, first come first served (a quorum's retry instead).
     queues: bool
+    #: Whether one script may use the keys of several locks (one server: ``lock_many`` takes
+    #: its names in one round trip; a cluster or a quorum takes them one by one).
+    one_server: bool
 
     @property
     def listable(self) -> bool:

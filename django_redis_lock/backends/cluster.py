@@ -66,6 +66,9 @@ _CLUSTER_PLUMBING = frozenset(
 class ClusterLockBackend(LockBackend):
     """A :class:`LockBackend` over a cluster client (valkey-py's ``ValkeyCluster``)."""
 
+    #: Each lock's keys have a slot of their own: a script uses one lock's keys only.
+    one_server = False
+
     def __init__(self, alias: str, cache: BaseCache, client: Client) -> None:
         super().__init__(alias, cache, client)
         if self.wait_replicas:

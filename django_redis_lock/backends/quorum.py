@@ -90,6 +90,8 @@ class QuorumBackend(QuorumPlans):
 
     #: Waiters do not queue on the primaries: a release wakes them, and they try again.
     queues = False
+    #: Each step runs on every primary: a script uses one lock's keys only.
+    one_server = False
 
     def __init__(
         self,

@@ -58,6 +58,8 @@ class LockBackend(ListingReads):
 
     #: Waiters queue on the server, first come, first served.
     queues = True
+    #: One script may use the keys of several locks (they live on one server).
+    one_server = True
 
     def __init__(self, alias: str, cache: BaseCache, client: Client) -> None:
         self.alias = alias

@@ -11,13 +11,17 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 
 from django_redis_lock.core.lock import Lock
+from django_redis_lock.many.multi import MultiLock
 
-_current: ContextVar[Lock | None] = ContextVar("django_redis_lock_current", default=None)
+_current: ContextVar[Lock | MultiLock | None] = ContextVar(
+    "django_redis_lock_current", default=None
+)
 
 
-def current_lock() -> Lock | None:
+def current_lock() -> Lock | MultiLock | None:
     """The Lock held for the innermost ``@locked`` function running now (a semaphore's
-    place for ``@locked(limit=...)``); None outside ``@locked`` code.
+    place for ``@locked(limit=...)``, the MultiLock of ``@locked([...])``); None outside
+    ``@locked`` code.
 
     Fence a write with it: ``fenced_update(queryset, current_lock(), ...)``; a None is
     refused there. Set while the decorated function runs, not while a streaming response it
@@ -27,7 +31,7 @@ def current_lock() -> Lock | None:
 
 
 @contextmanager
-def holding(lock: Lock) -> Iterator[None]:
+def holding(lock: Lock | MultiLock) -> Iterator[None]:
     """``lock`` is the current hold inside the block."""
     token = _current.set(lock)
     try:

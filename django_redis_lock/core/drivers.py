@@ -76,6 +76,7 @@ class _Run:
     def listen(self, step: Step, ticket: SyncTicket | AsyncTicket) -> None:
         """Start routing grants for the step's secret to ``ticket``."""
         assert isinstance(step, Listen)
+        self.close()  # a flow that takes several names in turn listens for each in turn
         self.listener, self.secret = runtime().listener(self.backend), step.secret
         self.listener.register(step.secret, ticket, step.channel)
         self.listener.start()
@@ -111,7 +112,8 @@ def drive(backend: Backend, flow: Flow[T], what: str) -> T:
                     assert ticket is not None, "a flow waits only after it listens"
                     reply = ticket.wait(step.seconds)
                 else:
-                    ticket, run = SyncTicket(), _Run(backend, flow, what)
+                    ticket = SyncTicket()
+                    run = run or _Run(backend, flow, what)
                     run.listen(step, ticket)
                     reply = None
             except BaseException as exc:  # the flow decides what an interruption undoes

@@ -26,22 +26,21 @@ from django_redis_lock.exceptions import (
     LockUnavailable,
 )
 from django_redis_lock.runtime import runtime
-from django_redis_lock.runtime.watchdog import Hold, Settle
+from django_redis_lock.runtime.holds import Hold, Settle
 from django_redis_lock.scripts import decode_read
 from django_redis_lock.stats import LockStats
 from django_redis_lock.stats import parse as parse_stats
 from django_redis_lock.validation import (
-    seconds_to_ms,
-    validate_flag,
+    extend_options,
 )
 
 logger = logging.getLogger("django_redis_lock")
 
-# What the release scripts answer when they handed the lock to a waiter.
-_HANDED_OVER = 2
+#: What the release scripts answer when they handed the lock to a waiter.
+HANDED_OVER = 2
 
 
-def _new_secret() -> str:
+def new_secret() -> str:
     """128 random bits from the OS, as hex: the secret of one acquisition."""
     return os.urandom(16).hex()  # what secrets.token_hex(16) does, minus two calls
 
@@ -90,7 +89,7 @@ class LockFlows:
             self._timeout_ms = (
                 lock_settings.timeout_ms if suggested is None else round(suggested * 1000)
             )
-        secret, started, self._was_busy = _new_secret(), time.monotonic(), False
+        secret, started, self._was_busy = new_secret(), time.monotonic(), False
         args = [secret, self._timeout_ms, owner, self.label or ""]
         # Where grants for this process arrive: only a waiter queues, and needs one.
         channel = runtime().listener(self._backend).channel_for(self._keys) if wait else ""
@@ -245,15 +244,10 @@ class LockFlows:
         logger.debug("Released lock %r.", self.name)
         self._metrics_ended()
         signals.send(signals.lock_released, self, token)
-        return bool(released == _HANDED_OVER)
+        return bool(released == HANDED_OVER)
 
     def _extending(self, additional_time: float | None, replace_ttl: bool) -> Flow[None]:
-        ms = (
-            self._timeout_ms
-            if additional_time is None
-            else seconds_to_ms(additional_time, "additional_time")
-        )
-        mode = "replace" if validate_flag(replace_ttl, "replace_ttl") else "add"
+        ms, mode = extend_options(additional_time, replace_ttl, self._timeout_ms)
         secret = self._owned_secret()
         if self.lost:
             raise LockNotOwned(f"The lock {self.name!r} was lost; it cannot be extended.")
@@ -310,8 +304,7 @@ class LockFlows:
 
     def _stop_renewing(self) -> None:
         hold, self._hold = self._hold, None  # the watchdog's thread may be here at once
-        if hold is not None:
-            runtime().watchdog.remove(hold)
+        runtime().watchdog.discard(hold)
 
     def _forget(self) -> None:
         self._stop_renewing()

@@ -12,9 +12,6 @@ talk to Redis.
 
 from __future__ import annotations
 
-import asyncio
-import logging
-import os
 from collections.abc import Callable, Sequence
 
 from django_redis_lock import metrics
@@ -22,16 +19,15 @@ from django_redis_lock.conf import lock_settings
 from django_redis_lock.core.attempts import Acquired
 from django_redis_lock.core.drivers import adrive, drive
 from django_redis_lock.core.flows import LockFlows
+from django_redis_lock.core.holding import Holding, blocking_wait
 from django_redis_lock.core.steps import Call, Flow
-from django_redis_lock.exceptions import LockBusy, LockError
 from django_redis_lock.runtime import runtime
-from django_redis_lock.runtime.watchdog import Hold
+from django_redis_lock.runtime.holds import Hold
 from django_redis_lock.scripts import decode_read
 from django_redis_lock.stats import LockStats
 from django_redis_lock.validation import (
-    refuse_contradiction,
+    holding_options,
     seconds_to_ms,
-    validate_blocking_timeout,
     validate_flag,
     validate_label,
     validate_name,
@@ -41,16 +37,8 @@ from django_redis_lock.validation import (
     wait_options,
 )
 
-logger = logging.getLogger("django_redis_lock")
 
-# After a release that handed the lock to a waiter, this thread gives up its core (and its
-# process's GIL) once: the new holder, woken by the same reply from Redis, then runs at once
-# where it shares them, rather than after this thread's next steps. One system call, only on
-# a hand-over; not in async code, where it would hold up the event loop's other tasks.
-_let_run: Callable[[], None] = getattr(os, "sched_yield", lambda: None)
-
-
-class Lock(LockFlows):
+class Lock(Holding, LockFlows):
     """A named distributed lock, not yet acquired; use it in ``with`` or call ``acquire()``.
 
     ``timeout`` is the lease in seconds (None: REDIS_LOCK TIMEOUT; "auto": the timeout the lock's
@@ -87,13 +75,8 @@ class Lock(LockFlows):
         self._auto_timeout = lock_settings.auto_timeout if timeout is None else ms is None
         # Until the statistics suggest one (``auto``): REDIS_LOCK TIMEOUT (30 s for "auto").
         self._timeout_ms = lock_settings.timeout_ms if ms is None else ms
-        self._blocking = validate_flag(blocking, "blocking")
-        self._blocking_timeout = validate_blocking_timeout(blocking_timeout)
-        refuse_contradiction(self._blocking, self._blocking_timeout)
-        self._auto_renew = (
-            lock_settings.auto_renew
-            if auto_renew is None
-            else validate_flag(auto_renew, "auto_renew")
+        self._blocking, self._blocking_timeout, self._auto_renew = holding_options(
+            blocking, blocking_timeout, auto_renew, lock_settings.auto_renew
         )
         self._reentrant = validate_flag(reentrant, "reentrant")
         self.label = validate_label(label)
@@ -132,14 +115,13 @@ class Lock(LockFlows):
 
     def acquire(self, blocking: bool | None = None, blocking_timeout: float | None = None) -> bool:
         """Take the lock; wait for it unless ``blocking`` is False; True when taken."""
-        wait, limit = wait_options(
-            blocking, blocking_timeout, self._blocking, self._blocking_timeout
+        wait, limit = blocking_wait(
+            f"Lock.acquire() of {self.name!r}",
+            blocking,
+            blocking_timeout,
+            self._blocking,
+            self._blocking_timeout,
         )
-        if wait and limit != 0 and asyncio._get_running_loop() is not None:  # noqa: SLF001  asyncio's one way to ask for a running loop without raising
-            raise RuntimeError(
-                f"Lock.acquire() of {self.name!r} would block the running event loop while it "
-                "waits: use `await lock.aacquire()` (or `async with`), or acquire(blocking=False)."
-            )
         owner = self.owner or runtime().thread_owner()
         observed = metrics.observers()
         if not observed:
@@ -172,29 +154,6 @@ class Lock(LockFlows):
             raise
         call.done(acquired, wait and limit != 0)
         return acquired
-
-    def release(self) -> None:
-        """Release the lock; LockNotOwned if this object does not hold it."""
-        if drive(self._backend, self._releasing(), self.name):
-            _let_run()
-
-    async def arelease(self) -> None:
-        """:meth:`release` for async code."""
-        await adrive(self._backend, self._releasing(), self.name)
-
-    def extend(self, additional_time: float | None = None, *, replace_ttl: bool = False) -> None:
-        """Lengthen the lease by ``additional_time`` seconds (None: the lock's timeout).
-
-        With ``replace_ttl=True`` the lease becomes exactly ``additional_time`` from now. A
-        lease never ends more than ``MAX_TIMEOUT`` (one year) from now: a longer sum is capped.
-        """
-        drive(self._backend, self._extending(additional_time, replace_ttl), self.name)
-
-    async def aextend(
-        self, additional_time: float | None = None, *, replace_ttl: bool = False
-    ) -> None:
-        """:meth:`extend` for async code."""
-        await adrive(self._backend, self._extending(additional_time, replace_ttl), self.name)
 
     def locked(self) -> bool:
         """Whether anyone holds the lock."""
@@ -297,35 +256,3 @@ class Lock(LockFlows):
             number = 0  # a token someone else wrote: the hold is taken over all the same
         self.label = label
         return found, self._took(secret, Acquired(number, handed_over=False))
-
-    # -- context managers ----------------------------------------------------------------------
-
-    def __enter__(self) -> Lock:
-        if not self.acquire():
-            raise LockBusy(f"The lock {self.name!r} is held by someone else.")
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
-        try:
-            self.release()
-        except LockError:
-            self._release_failed_on_exit(exc_type)
-
-    async def __aenter__(self) -> Lock:
-        if not await self.aacquire():
-            raise LockBusy(f"The lock {self.name!r} is held by someone else.")
-        return self
-
-    async def __aexit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
-        try:
-            await self.arelease()
-        except LockError:
-            self._release_failed_on_exit(exc_type)
-
-    def _release_failed_on_exit(self, exc_type: type[BaseException] | None) -> None:
-        """A clean exit raises the release's error; one with an exception keeps it, logged."""
-        if exc_type is None:
-            raise
-        logger.warning(
-            "Lock %r: release failed while an exception propagated.", self.name, exc_info=True
-        )

@@ -33,7 +33,7 @@ from django_redis_lock.locked.aliases import refuse_unknown_aliases
 from django_redis_lock.locked.calls import LockedCall, Options, Spec
 from django_redis_lock.locked.drivers import AsyncDriver, SyncDriver, make_driver, wrap
 from django_redis_lock.locked.integrations import bound_view_method
-from django_redis_lock.locked.naming import NameSpec, Naming, check_template
+from django_redis_lock.locked.naming import ManyNaming, NamesSpec, Naming, check_template
 from django_redis_lock.locked.rated import RatedCall
 from django_redis_lock.locked.resend import watch_django_tasks
 from django_redis_lock.validation import (
@@ -42,6 +42,7 @@ from django_redis_lock.validation import (
     validate_burst,
     validate_label,
     validate_limit,
+    validate_names,
     validate_optional_flag,
     validate_rate,
     validate_timeout,
@@ -60,7 +61,7 @@ _DISPATCH_SIGNATURE = inspect.signature(View.dispatch)
 
 
 def locked(
-    name: NameSpec,
+    name: NamesSpec,
     *,
     timeout: float | str | None = None,
     blocking_timeout: float | None = 0,
@@ -85,6 +86,8 @@ def locked(
     path or task id, the whole shortened to MAX_LABEL_LENGTH. With ``limit``, the name is a
     semaphore's: at most ``limit`` calls run at once (a view answers 423 when all are taken);
     ``limit=1`` is the lock ``name`` itself, so it excludes ``@locked(name)`` and ``lock(name)``.
+    A list of names (constants or templates) is taken all or none with
+    :func:`~django_redis_lock.lock_many`; ``current_lock()`` is then the MultiLock.
 
     With ``rate`` ("10/s", "100/m"; ``burst`` as for :func:`~django_redis_lock.rate_limit`),
     the name is a rate limit's: a call runs when it is within the rate (or its turn comes
@@ -94,6 +97,8 @@ def locked(
     """
     if isinstance(name, str):
         check_template(name)  # now, also where the arguments are known only per request
+    elif isinstance(name, (list, tuple)):
+        _check_names(name, timeout=timeout, limit=limit, rate=rate)
     elif not callable(name):
         raise TypeError(f"A lock name must be a str or a callable, not {type(name).__name__}.")
     if timeout is not None:
@@ -146,6 +151,19 @@ def locked(
     return decorate
 
 
+def _check_names(names: list[str] | tuple[str, ...], **options: Any) -> None:
+    """Refuse a list of names that ``lock_many`` could not take, and the options a set does
+    not have (a semaphore's limit, a rate, the statistics' timeout)."""
+    validate_names(names)  # not empty, no name twice, each a str a lock takes
+    for template in names:
+        check_template(template)
+    given = [key for key in ("limit", "rate") if options[key] is not None]
+    if given:
+        raise TypeError(f"@locked([...]) takes names together; it takes no {', '.join(given)}.")
+    if options["timeout"] == "auto":
+        raise ValueError('@locked([...]) takes a timeout in seconds, not "auto".')
+
+
 def _check_rate(rate: str, burst: int | None, using: Using, **refused: Any) -> None:
     """Refuse what cannot go with ``rate``: the options of a hold, a quorum; record the
     cache the rate limit uses for the system checks (a quorum CACHE: E017)."""
@@ -169,7 +187,11 @@ def _check_rate(rate: str, burst: int | None, using: Using, **refused: Any) -> N
 def _spec(options: Options, signature: inspect.Signature, owner: Any) -> Spec:
     """The Spec of a callable called with ``signature``; ``owner`` names it to operators."""
     dotted = f"{owner.__module__}.{owner.__qualname__}"
-    naming = Naming(options.name, signature, dotted)
+    naming: Naming | ManyNaming
+    if isinstance(options.name, (list, tuple)):
+        naming = ManyNaming(options.name, signature, dotted)
+    else:
+        naming = Naming(options.name, signature, dotted)
     call = LockedCall if options.rate is None else RatedCall
     return Spec(options, naming, options.label or dotted, signature, call)
 

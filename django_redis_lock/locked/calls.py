@@ -28,7 +28,8 @@ from django_redis_lock.core.shared import SharedLock
 from django_redis_lock.exceptions import LockBusy, LockError, LockUnavailable
 from django_redis_lock.locked import responses
 from django_redis_lock.locked.integrations import celery_task_id, request_in
-from django_redis_lock.locked.naming import InvalidName, NameSpec, Naming
+from django_redis_lock.locked.naming import InvalidName, ManyNaming, NamesSpec, Naming
+from django_redis_lock.many import MultiLock
 from django_redis_lock.stats import LockStats
 from django_redis_lock.validation import MAX_LABEL_LENGTH, Using, shorten
 
@@ -39,7 +40,7 @@ logger = logging.getLogger("django_redis_lock")
 class Options:
     """The options given to @locked, checked."""
 
-    name: NameSpec
+    name: NamesSpec
     timeout: float | str | None
     blocking_timeout: float | None
     auto_renew: bool | None
@@ -58,7 +59,7 @@ class Spec:
     """What a @locked callable was decorated with, and how it is called."""
 
     options: Options
-    naming: Naming
+    naming: Naming | ManyNaming
     label: str
     signature: inspect.Signature
     #: What a call is: a LockedCall, or a RatedCall for a rate limit.
@@ -95,8 +96,8 @@ class Call:
             return self.invalid_name(exc)
         return (yield from self.named(name))
 
-    def named(self, name: str) -> Generator[Stage, Any, Any]:
-        """The flow of the call once its name is made."""
+    def named(self, name: str | tuple[str, ...]) -> Generator[Stage, Any, Any]:
+        """The flow of the call once its name (or names, for a set) is made."""
         raise NotImplementedError
 
     def invoke(self, func: Callable[..., Any]) -> Any:
@@ -167,9 +168,9 @@ class Call:
 class LockedCall(Call):
     """One call of a @locked callable under its lock (or a semaphore's place)."""
 
-    lock: Lock  # made as soon as the name is known
+    lock: Lock | MultiLock  # made as soon as the name is known
 
-    def named(self, name: str) -> Generator[Stage, Any, Any]:
+    def named(self, name: str | tuple[str, ...]) -> Generator[Stage, Any, Any]:
         """Acquire, run, release; the answers when busy or unavailable."""
         try:
             self.lock = self._lock(name)  # a cluster cache connects when first used
@@ -216,7 +217,10 @@ class LockedCall(Call):
         return holding(self.lock)
 
     def stats(self) -> LockStats | None:
-        """The lock's statistics; None when Redis failed meanwhile (the lease left will do)."""
+        """The lock's statistics; None when Redis failed meanwhile (the lease left will do),
+        or for a set of names (whose statistics are each name's)."""
+        if isinstance(self.lock, MultiLock):
+            return None
         try:
             return self.lock.stats()
         except LockError:
@@ -224,6 +228,8 @@ class LockedCall(Call):
 
     async def astats(self) -> LockStats | None:
         """:meth:`stats` for async code."""
+        if isinstance(self.lock, MultiLock):
+            return None
         try:
             return await self.lock.astats()
         except LockError:
@@ -243,7 +249,7 @@ class LockedCall(Call):
         except LockError as exc:
             self._log_release_failure(exc)
 
-    def _lock(self, name: str) -> Lock:
+    def _lock(self, name: str | tuple[str, ...]) -> Lock | MultiLock:
         options = self.spec.options
         kept: dict[str, Any] = {  # `using` was checked when the callable was decorated
             "using": options.using,
@@ -251,8 +257,10 @@ class LockedCall(Call):
             "blocking_timeout": options.blocking_timeout,
             "auto_renew": options.auto_renew,
             "label": self._label(),
-            "template": self.spec.naming.template,
         }
+        if isinstance(name, tuple):
+            return MultiLock(name, **kept)
+        kept["template"] = self.spec.naming.template
         if options.limit is not None:
             return SharedLock(name, "s", options.limit, **kept)
         return Lock(name, **kept)

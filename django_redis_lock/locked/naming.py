@@ -32,6 +32,9 @@ _STEP = re.compile(r"\.([^.[]+)|\[([^\]]+)\]")
 
 #: A lock name: a constant, a template of the call's arguments, or a callable of them.
 NameSpec = str | Callable[..., str]
+#: What @locked takes: a lock name, or a list (or tuple) of constants and templates, taken
+#: together with ``lock_many``.
+NamesSpec = NameSpec | list[str] | tuple[str, ...]
 
 #: Starts the escape of a character in a template's value; escaped itself.
 ESCAPE = "%"
@@ -214,3 +217,22 @@ class Naming:
                 "which this call did not pass."
             )
         return self._template.format(values)
+
+
+class ManyNaming:
+    """Turns a call's arguments into the names of a ``lock_many`` set, one :class:`Naming`
+    per constant or template; raises :class:`InvalidName` when two of them make one name."""
+
+    def __init__(
+        self, specs: list[str] | tuple[str, ...], signature: inspect.Signature, where: str
+    ) -> None:
+        self._parts = [Naming(spec, signature, where) for spec in specs]
+        #: The templates as written, joined: the ``lock`` label of the metrics.
+        self.template = ", ".join(str(part.template) for part in self._parts)
+        self.needs_thread = any(part.needs_thread for part in self._parts)
+
+    def __call__(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, ...]:
+        names = tuple(part(args, kwargs) for part in self._parts)
+        if len(set(names)) != len(names):
+            raise InvalidName(f"The names {names!r} of one lock_many set repeat a name.")
+        return names

@@ -29,8 +29,9 @@ class RatedCall(Call):
     limit: RateLimit  # made as soon as the name is known
     limited: RateLimited  # what a refused call raises
 
-    def named(self, name: str) -> Generator[Stage, Any, Any]:
+    def named(self, name: str | tuple[str, ...]) -> Generator[Stage, Any, Any]:
         """Take a turn, run; the answers when refused or unavailable."""
+        assert isinstance(name, str), "@locked(rate=...) takes one name"
         try:
             self.limit = self._limit(name)  # a cluster cache connects when first used
             turn = yield Stage.ACQUIRE

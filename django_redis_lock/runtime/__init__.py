@@ -27,10 +27,11 @@ from django_redis_lock.backends.cluster import ClusterLockBackend
 from django_redis_lock.backends.servers import warn_if_evicting
 from django_redis_lock.backends.single import LockBackend
 from django_redis_lock.conf import lock_settings
+from django_redis_lock.runtime.holds import Settle
 from django_redis_lock.runtime.listener import CompositeListener, Listener
 from django_redis_lock.runtime.shards import ShardedListener
 from django_redis_lock.runtime.tickets import WakeUps
-from django_redis_lock.runtime.watchdog import Settle, Watchdog
+from django_redis_lock.runtime.watchdog import Watchdog
 from django_redis_lock.stats import RecentStats
 from django_redis_lock.validation import MAX_OWNER_LENGTH, Using, shorten, validate_using
 

@@ -27,113 +27,19 @@ import itertools
 import logging
 import threading
 import time
-import weakref
-from typing import Protocol
 
 from django_redis_lock import metrics, signals
 from django_redis_lock.backends import errors
-from django_redis_lock.backends.base import Backend, LockKeys
-from django_redis_lock.conf import lock_settings
+from django_redis_lock.backends.base import Backend
+from django_redis_lock.runtime.holds import MIN_RETRY_SECONDS, Hold, Settle
 
 logger = logging.getLogger("django_redis_lock")
 
-# Renew when this fraction of the TTL has passed since the last renewal.
-RENEW_FRACTION = 1 / 3
-# The shortest pause between two failed renewals of a lock.
-_MIN_RETRY_SECONDS = 0.05
-# The longest pause between two tries to settle an attempt, and how long it is tried at most.
+# The longest pause between two tries to settle an attempt.
 _MAX_SETTLE_RETRY_SECONDS = 0.5
-SETTLE_GIVE_UP_SECONDS = 600.0
 # The most attempts waiting to be settled; beyond it (a long outage) the oldest grants that may
 # exist are left to end with their lease.
 _MAX_SETTLES = 10_000
-
-
-class HoldOwner(Protocol):
-    """What the watchdog asks of the Lock whose hold it renews."""
-
-    fencing_token: int | None
-
-    def hold_lost(self, secret: str, cause: str) -> None:
-        """The hold of ``secret`` was found gone, or could not be renewed in time (``cause``:
-        a metrics cause); called from the watchdog's thread, outside its lock."""
-
-
-class Hold:
-    """One acquisition under the watchdog's care."""
-
-    __slots__ = (
-        "backend",
-        "due",
-        "first",
-        "keys",
-        "lease_end",
-        "name",
-        "owner",
-        "repeat",
-        "secret",
-        "ttl_ms",
-        "watched",
-    )
-
-    def __init__(
-        self,
-        name: str,
-        owner: weakref.ref[HoldOwner],
-        backend: Backend,
-        keys: LockKeys,
-        secret: str,
-        ttl_ms: int,
-        lease_ms: int,
-        *,
-        repeat: bool,
-    ) -> None:
-        self.name = name
-        # The Lock, weakly: dead once the Lock object is dropped unreleased, which stops its
-        # renewals (the lease then runs out on its own). A bare weak reference: a WeakMethod
-        # costs several objects more on the path of every acquire.
-        self.owner = owner
-        self.backend = backend
-        self.keys = keys
-        self.secret = secret
-        self.ttl_ms = ttl_ms
-        self.repeat = repeat  # False: lengthen a hand-over lease once, then leave it alone
-        now = time.monotonic()
-        # When the lease surely ends, by this process's clock, as of the last renewal sent.
-        self.lease_end = now + lease_ms / 1000
-        # Seconds to the first renewal: a third of the lease the hold starts with, which is
-        # shorter than the TTL for a hand-over.
-        self.first = lease_ms / 1000 * RENEW_FRACTION
-        self.due = now + self.first  # when the first renewal is due
-        # False once released (or lost, or confirmed for good): the watchdog drops it.
-        self.watched = True
-
-    @property
-    def interval(self) -> float:
-        """Seconds between renewals."""
-        return self.ttl_ms / 1000 * RENEW_FRACTION
-
-    def renewed(self, sent: float, left_ms: int) -> None:
-        """Record a renewal or extend sent at ``sent`` that left ``left_ms`` of lease."""
-        self.lease_end = max(self.lease_end, sent + left_ms / 1000)
-
-
-class Settle:
-    """A call whose outcome its caller never learned, to settle: an acquire attempt (LEAVE:
-    free what it may have got, or take it out of the queue) or a release (RELEASE again)."""
-
-    __slots__ = ("args", "backend", "delay", "give_up", "keys", "script", "watched")
-
-    def __init__(
-        self, backend: Backend, keys: LockKeys, args: list[object], script: str = "leave"
-    ) -> None:
-        self.backend = backend
-        self.keys = keys
-        self.args = args  # the script's: secret, tombstone ms
-        self.script = script
-        self.give_up = time.monotonic() + SETTLE_GIVE_UP_SECONDS
-        self.delay = _MIN_RETRY_SECONDS
-        self.watched = True
 
 
 # Once started, the thread looks at least this often, so that a hold due later than that is
@@ -179,6 +85,11 @@ class Watchdog:
         with self._cond:
             self._schedule(hold, hold.due)
             self._start()
+
+    def discard(self, hold: Hold | None) -> None:
+        """:meth:`remove` ``hold`` if there is one (an object's hold, taken out of it)."""
+        if hold is not None:
+            self.remove(hold)
 
     def remove(self, hold: Hold) -> None:
         """Stop renewing ``hold``: no renewal starts for it after this returns."""
@@ -315,12 +226,7 @@ class Watchdog:
             self.remove(hold)
             return
         sent = time.monotonic()
-        backend, keys = hold.backend, (hold.keys.lock, hold.keys.stats)
-        args = [hold.secret, hold.ttl_ms, "atleast", lock_settings.stats]
-        # With WAIT_REPLICAS a renewal counts once replicas have it: a failover to one that
-        # lacks it would end the hold at its old lease (LockNotReplicated: retried).
-        run = backend.run_acked if backend.wait_replicas else backend.run
-        left = run(hold.keys.script("extend"), keys, args)
+        left = hold.renew()
         if not left:
             self._lose(hold)
             return
@@ -342,8 +248,8 @@ class Watchdog:
             self._lose(hold, metrics.RENEWAL_FAILED)
             # Redis may still have the hold, renewed (a renewal that replicas did not
             # acknowledge, a reply lost): give it back once Redis answers, not at its lease end.
-            args = [hold.secret, lock_settings.tombstone_ms]
-            self.settle(Settle(hold.backend, hold.keys, args, hold.keys.script("release")))
+            for call in hold.give_back():
+                self.settle(call)
             return
         logger.warning(
             "Could not renew lock %r (%s); retrying before its lease ends.", hold.name, exc
@@ -359,7 +265,7 @@ class Watchdog:
             )
         with self._cond:
             if hold.watched:
-                delay = min(hold.interval, max(_MIN_RETRY_SECONDS, (hold.lease_end - now) / 2))
+                delay = min(hold.interval, max(MIN_RETRY_SECONDS, (hold.lease_end - now) / 2))
                 self._schedule(hold, now + delay)
 
     def _settle(self, call: Settle) -> None:

@@ -41,7 +41,8 @@ Fencing tokens are ``max(last token + 1, server clock in microseconds)``: strict
 while the tombstone lives, and past it as long as the Redis server's clock does not go back.
 
 The scripts live by kind: ``queue.py`` (a lock on one server: its queue of waiters),
-``quorum.py`` (a lock on each primary of a quorum), ``shared.py`` (semaphores and read/write
+``quorum.py`` (a lock on each primary of a quorum), ``many.py`` (several locks' names at
+once, on one server), ``shared.py`` (semaphores and read/write
 locks: several holders, each with its own lease), ``rate.py`` (rate limits: a cell rate
 algorithm on the server's clock), ``stats.py`` (recording and reading the
 statistics). Each is headed by its KEYS and ARGV. They stay Python strings, as redis-py keeps
@@ -53,6 +54,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from django_redis_lock.scripts.many import MANY_ACQUIRE, MANY_EXTEND, MANY_RELEASE
 from django_redis_lock.scripts.queue import (
     ACQUIRE,
     EXTEND,
@@ -136,6 +138,10 @@ SOURCES = {
     "shared_extend": SHARED_EXTEND,
     "shared_read": SHARED_READ,
     "shared_read_many": SHARED_READ_MANY,
+    # A multi-name lock's on one server (see many.py).
+    "many_acquire": MANY_ACQUIRE,
+    "many_release": MANY_RELEASE,
+    "many_extend": MANY_EXTEND,
     # A rate limit's (see rate.py).
     "rate_acquire": RATE_ACQUIRE,
     "rate_read_many": RATE_READ_MANY,

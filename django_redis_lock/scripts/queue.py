@@ -56,6 +56,9 @@ end
 """
 )
 
+#: The grant and tombstone helpers (after the clock), which multi-name locks' scripts share.
+PRELUDE_LUA = _PRELUDE
+
 #: The queue's helpers (waiter entries, the queue's order), which semaphores' scripts share.
 QUEUE_PRELUDE_LUA = """
 -- Tell a waiter's process: on its channel, or, for a channel that starts with a NUL byte, on

@@ -89,7 +89,7 @@ def test_a_release_that_hands_the_lock_over_gives_up_the_core_once(
 ) -> None:
     """So that the new holder, woken by the same reply, runs at once where it shares the core
     (or the GIL); a release that hands nothing over goes straight on."""
-    from django_redis_lock.core import lock as lock_module
+    from django_redis_lock.core import holding as lock_module
 
     yielded: list[str] = []
     monkeypatch.setattr(lock_module, "_let_run", lambda: yielded.append("yield"))

@@ -340,3 +340,21 @@ def test_semaphores() -> None:
     with semaphore("exports", 2), semaphore("exports", 2):
         assert examples.export(RequestFactory().get("/")).status_code == 423
     assert examples.export(RequestFactory().get("/")).status_code == 200
+
+
+def test_several_names_at_once() -> None:
+    examples = example("many")
+    examples.transfer(1, 2, 5)
+    assert examples.try_transfer(2, 1, 3) == "moved"
+    with lock("warehouse:2"):
+        assert examples.try_transfer(1, 2, 1) == "busy: warehouse:2"
+        assert not lock("warehouse:1").locked()
+    asyncio.run(examples.atransfer(3, 1, 2))
+    examples.restock(2, 1, 4)
+    fences = ["warehouse:1", "warehouse:2"]
+    assert calls() == [
+        ("move_stock", (1, 2, 5, fences)),
+        ("move_stock", (2, 1, 3, fences)),
+        ("amove_stock", (3, 1, 2)),
+        ("move_stock", (2, 1, 4, fences)),
+    ]

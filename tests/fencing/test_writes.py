@@ -18,6 +18,7 @@ from django_redis_lock import (
     FenceField,
     Lock,
     LockNotOwned,
+    MultiLock,
     StaleFencingToken,
     current_lock,
     fenced_update,
@@ -217,7 +218,7 @@ def test_current_lock_is_the_hold_of_locked_code() -> None:
         return fenced_update(Account.objects.filter(pk=pk), held, balance=F("balance") - 1)
 
     @locked("fence:current:async")
-    async def look() -> Lock | None:
+    async def look() -> Lock | MultiLock | None:
         await asyncio.sleep(0)
         return current_lock()
 

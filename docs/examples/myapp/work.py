@@ -60,3 +60,11 @@ def call_partner_api(order_id: int) -> None:
 
 def send_sms(number: str, message: str) -> None:
     record("send_sms", number)
+
+
+def move_stock(source: int, target: int, quantity: int, fences: dict[str, int]) -> None:
+    record("move_stock", (source, target, quantity, sorted(fences)))
+
+
+async def amove_stock(source: int, target: int, quantity: int) -> None:
+    record("amove_stock", (source, target, quantity))
