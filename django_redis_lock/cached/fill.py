@@ -7,7 +7,8 @@ The flow, on the read/write lock ``cache_once:<key>`` of the cache alias that ho
 2. a miss tries the write lock without waiting; the caller that gets it reads the cache again
    (another may have stored the value meanwhile), computes, stores and releases;
 3. the others take a read lock, waiting in the queue: the writer's release wakes them all at
-   once (no polling); each reads the cache, releases its read hold and returns the value;
+   once (no polling); each reads the cache and returns the value, its read hold given back
+   right after, off its path (``later.py``);
 4. a reader that still misses (the computation raised, or its holder died) waits for the
    write lock, in arrival order: the first computes, those behind it find the value. So a
    failed computation is taken over by one waiter, and each caller computes at most once.
@@ -19,7 +20,6 @@ renewed while it computes, and a crashed writer's ends with its lease.
 from __future__ import annotations
 
 import inspect
-import logging
 import math
 from collections.abc import Callable, Generator
 from typing import Any
@@ -30,19 +30,24 @@ from django.core.cache.backends.base import DEFAULT_TIMEOUT
 from django.core.exceptions import ImproperlyConfigured
 
 from django_redis_lock import metrics
+from django_redis_lock.cached.later import (
+    READ_LEASE,
+    arelease_quietly,
+    release_later,
+    release_quietly,
+)
 from django_redis_lock.conf import lock_settings
-from django_redis_lock.core.shared import ReadWriteLock, SharedLock
-from django_redis_lock.exceptions import LockNotOwned
+from django_redis_lock.core.shared import SharedLock
 from django_redis_lock.scripts.stats import AVOIDED
 from django_redis_lock.validation import validate_name, validate_using
-
-logger = logging.getLogger("django_redis_lock")
 
 #: The prefix of the read/write lock that guards the fill of a key.
 LOCK_PREFIX = "cache_once:"
 #: What a fill's metrics and result say it was: in the cache, computed by this caller, or
 #: computed by another while this one waited (a stampede avoided).
 HIT, COMPUTED, AVOIDED_OUTCOME = "hit", "computed", "avoided"
+#: The label of the fills' holds, shown to operators.
+LABEL = "cache_once"
 # Told apart from any value the cache may hold, None included.
 _MISSING = object()
 
@@ -100,13 +105,12 @@ class Fill:
         self.cache: BaseCache = caches[self.alias]
         self.template = template or key
         self.outcome: str | None = None
-        self._rwlock: ReadWriteLock | None = None
 
     def lock(self, kind: str) -> SharedLock:
-        """A holder of the key's read/write lock: ``"r"`` a reader, ``"w"`` the writer."""
-        if self._rwlock is None:
-            self._rwlock = ReadWriteLock(self.lock_name, using=self.alias, label="cache_once")
-        return self._rwlock.read() if kind == "r" else self._rwlock.write()
+        """A holder of the key's read/write lock: ``"r"`` a reader (a short lease: it reads
+        the cache once), ``"w"`` the writer (REDIS_LOCK TIMEOUT, renewed while it computes)."""
+        lease = READ_LEASE if kind == "r" else None
+        return SharedLock(self.lock_name, kind, using=self.alias, label=LABEL, timeout=lease)
 
     def done(self, outcome: str, value: Any) -> Any:
         self.outcome = outcome
@@ -160,27 +164,22 @@ class _Acquire:
 
 
 class _Release:
-    """Release a hold; one found gone (expired while computing, released by an operator) is
-    logged, not raised: the value is in the cache either way, or the next caller computes."""
+    """Release a hold, quietly (see ``later.py``); ``later``: off the caller's path."""
 
-    def __init__(self, holder: SharedLock) -> None:
-        self.holder = holder
+    def __init__(self, holder: SharedLock, later: bool = False) -> None:
+        self.holder, self.later = holder, later
 
     def run(self, fill: Fill) -> None:
-        try:
-            self.holder.release()
-        except LockNotOwned as exc:
-            _log_lost(exc)
+        if self.later:
+            release_later(self.holder)
+        else:
+            release_quietly(self.holder)
 
     async def arun(self, fill: Fill) -> None:
-        try:
-            await self.holder.arelease()
-        except LockNotOwned as exc:
-            _log_lost(exc)
-
-
-def _log_lost(exc: LockNotOwned) -> None:
-    logger.warning("cache_once: %s", exc)
+        if self.later:
+            release_later(self.holder)
+        else:
+            await arelease_quietly(self.holder)
 
 
 Step = _Get | _Compute | _Set | _Acquire | _Release
@@ -197,12 +196,15 @@ def filling(fill: Fill) -> Flow:
         return (yield from _computing(fill, writer))
     reader = fill.lock("r")
     yield _Acquire(reader, True)  # woken with the others by the writer's release
+    found = _MISSING
     try:
         found = yield _Get()
-        if found is not _MISSING:
-            reader.tally = AVOIDED  # counted by the release below, in its own script
     finally:
-        yield _Release(reader)
+        if found is not _MISSING:  # the value: returned at once, the hold given back after
+            reader.tally = AVOIDED  # counted by the release, in its own script
+            yield _Release(reader, later=True)
+        else:  # at once: this caller may be the writer next
+            yield _Release(reader)
     if found is not _MISSING:
         return fill.done(AVOIDED_OUTCOME, found)
     writer = fill.lock("w")  # the computation failed: the first in the queue takes over

@@ -21,6 +21,12 @@ def held_fills() -> list[str]:
     return [info.name for info in get_lock_manager().list("cache_once:*")]
 
 
+def settled() -> None:
+    """Return once no ``cache_once`` lock is held (a waiter's read hold is given back just
+    after it returned, by its process's releasing thread): fails if one stays held."""
+    wait_until(lambda: held_fills() == [])
+
+
 def stats_of(key: str, alias: str = "default") -> LockStats:
     found = get_lock_manager(alias).get_stats(f"cache_once:{key}")
     assert found is not None
@@ -47,7 +53,7 @@ class Gated:
 
 def stampede(key: str, waiters: int, value: Any = "v", using: str = "default") -> list[Any]:
     """One caller of ``cache_once(key)`` computes (gated) while ``waiters`` others wait in the
-    queue; then the gate opens. Every caller's result."""
+    queue; then the gate opens. Every caller's result, once no hold is left."""
     computation = Gated(value)
     first = start(lambda: cache_once(key, computation, 30, using=using))
     assert computation.started.wait(10)
@@ -56,4 +62,5 @@ def stampede(key: str, waiters: int, value: Any = "v", using: str = "default") -
     computation.go.set()
     results = [future.result(10) for future in [first, *others]]
     assert computation.calls == 1
+    settled()  # the waiters' holds given back, and so counted
     return results

@@ -17,7 +17,7 @@ from django.test.utils import override_settings
 
 from django_redis_lock import acache_once, cache_once, cached_once
 from tests.backends.test_valkey import valkey_caches
-from tests.cached.scenarios import Gated, held_fills, queued, stampede, stats_of
+from tests.cached.scenarios import Gated, queued, settled, stampede, stats_of
 from tests.helpers import counted_caches, round_trips, server_backend, start, wait_until
 
 ALIASES = ["default", "builtin", "valkey"]
@@ -41,7 +41,7 @@ def test_a_miss_computes_and_stores_with_the_timeout_then_a_hit_reads(alias: str
     assert caches[alias].get("report") == {"rows": [1, 2]}
     stored = caches[alias].make_key("report")
     assert 55_000 < server_backend(alias).client.pttl(stored) <= 60_000
-    assert held_fills() == []
+    settled()
 
 
 def test_none_is_a_value_and_the_default_timeout_is_the_caches() -> None:
@@ -54,7 +54,7 @@ def test_none_is_a_value_and_the_default_timeout_is_the_caches() -> None:
 
 def test_concurrent_misses_compute_once_and_the_waiters_are_counted(alias: str) -> None:
     assert stampede("busy", 5, "fresh", alias) == ["fresh"] * 6
-    assert held_fills() == []
+    settled()
     assert stats_of("busy", alias).avoided == 5
 
 
@@ -71,7 +71,7 @@ def test_a_failed_computation_raises_to_its_caller_and_a_waiter_takes_over() -> 
         first.result(10)
     assert [future.result(10) for future in others] == ["second try"] * 4
     assert (failing.calls, succeeding.calls) == (1, 1)
-    assert held_fills() == []
+    settled()
     assert queued("flaky") == 0
     assert stats_of("flaky").avoided == 3
 
@@ -136,7 +136,7 @@ def test_async_waiters_are_woken_and_a_cancelled_one_leaves_nothing_held() -> No
         assert calls == [1]
 
     asyncio.run(scenario())
-    assert held_fills() == []
+    settled()
     assert stats_of("async").avoided == 2
 
 
@@ -157,7 +157,7 @@ def test_a_cancelled_async_writer_releases_and_a_waiter_computes() -> None:
         return [await asyncio.wait_for(waiter, 10)]
 
     assert asyncio.run(scenario()) == ["sync compute"]
-    assert held_fills() == []
+    settled()
 
 
 async def _until(predicate: Any, timeout: float = 10) -> None:
