@@ -60,3 +60,13 @@ def call_partner_api(order_id: int) -> None:
 
 def send_sms(number: str, message: str) -> None:
     record("send_sms", number)
+
+
+def build_dashboard(team_id: int) -> dict[str, int]:
+    record("build_dashboard", team_id)
+    return {"team": team_id, "open_orders": 12}
+
+
+def compute_sales(year: int, month: int) -> int:
+    record("compute_sales", (year, month))
+    return 1000 * month
