@@ -1,17 +1,29 @@
 """100 concurrent misses of one key from 4 processes (25 threads each): one computation, and
-every caller gets its value; nothing stays held."""
+every caller gets its value; nothing stays held. A computing process that is SIGKILLed: a
+waiter takes over once its lease ends."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import redis
+from django.test.utils import override_settings
 
 from django_redis_lock import cache_once, get_lock_manager
-from tests.helpers import PATIENT_SECONDS, server_backend, spawn_child, wait_children, wait_until
+from tests.cached.scenarios import queued, settled
+from tests.helpers import (
+    PATIENT_SECONDS,
+    server_backend,
+    spawn_child,
+    start,
+    wait_children,
+    wait_until,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -56,3 +68,35 @@ def test_a_hundred_misses_in_four_processes_compute_once(redis_client: redis.Red
     stats = get_lock_manager().get_stats(f"cache_once:{KEY}")
     assert stats is not None
     assert stats.avoided == PROCESSES * THREADS - 1
+
+
+def compute_forever(key: str) -> None:
+    """In a spawned process: cache_once(key) with a computation that says it started, then
+    never ends (the test kills the process)."""
+    log = redis.Redis.from_url(os.environ["REDIS_URL"], socket_timeout=PATIENT_SECONDS)
+
+    def compute() -> str:
+        log.rpush("computing", os.getpid())
+        time.sleep(PATIENT_SECONDS)  # killed long before
+        return "never"
+
+    cache_once(key, compute, 60)
+
+
+def test_a_killed_computing_process_is_taken_over_when_its_lease_ends(
+    redis_client: redis.Redis,
+) -> None:
+    lease = 1.0
+    with override_settings(REDIS_LOCK={"TIMEOUT": lease}):
+        child = spawn_child(compute_forever, "orphan")
+        assert redis_client.blpop(["computing"], timeout=90)
+        waiter = start(lambda: cache_once("orphan", lambda: "taken over", 60))
+        wait_until(lambda: queued("orphan") == 1)
+        time.sleep(2 * lease)  # renewed meanwhile: the waiter waits while the writer lives
+        assert not waiter.done()
+        os.kill(child, signal.SIGKILL)
+        killed = time.monotonic()
+        wait_children([child])
+        assert waiter.result(10) == "taken over"
+        assert time.monotonic() - killed <= lease + 1.5  # the lease, not later
+    settled()
