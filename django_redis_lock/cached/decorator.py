@@ -26,7 +26,8 @@ def cached_once(
     ``timeout`` and ``using`` as for :func:`cache_once`.
     """
     validate_cache_timeout(timeout)
-    cache_alias(using)  # refused now rather than at the first call
+    if using is not None:  # refused now rather than at the first call; the settings' at a call
+        cache_alias(using)
 
     def decorate(func: F) -> F:
         where = getattr(func, "__qualname__", repr(func))

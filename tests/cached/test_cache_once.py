@@ -202,6 +202,8 @@ def test_the_decorator_refuses_a_wrong_template_or_option_at_decoration() -> Non
         cached_once("k", timeout=0)
     with pytest.raises(TypeError, match="using"):
         cached_once("k", using=3)  # type: ignore[arg-type]
+    with pytest.raises(ImproperlyConfigured, match="quorum"):
+        cached_once("k", using=["a", "b", "c"])  # type: ignore[arg-type]
 
 
 def test_stampedes_avoided_show_in_locks_stats_and_survive_garbage(
@@ -212,3 +214,9 @@ def test_stampedes_avoided_show_in_locks_stats_and_survive_garbage(
     stats_key = server_backend().shared_keys_for("cache_once:shown", "r").stats
     redis_client.hset(stats_key, "ca", "lots")
     assert stats_of("shown").avoided == 0  # garbage reads as 0, never a crash
+    caches["default"].delete("shown")
+    assert stampede("shown", 1) == ["v", "v"]  # counting into garbage fails no release
+    redis_client.hset(stats_key, "ca", "1")
+    caches["default"].delete("shown")
+    assert stampede("shown", 2) == ["v"] * 3
+    assert stats_of("shown").avoided == 3
