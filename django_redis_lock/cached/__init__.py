@@ -20,7 +20,12 @@ T = TypeVar("T")
 
 
 def cache_once(
-    key: str, compute: Callable[[], T], timeout: float | None = None, *, using: str | None = None
+    key: str,
+    compute: Callable[[], T],
+    timeout: float | None = None,
+    *,
+    using: str | None = None,
+    template: str | None = None,
 ) -> T:
     """The value of the cache key ``key``; on a miss, ``compute()``'s, stored with ``timeout``.
 
@@ -29,9 +34,11 @@ def cache_once(
     raises, its caller gets the error and the first waiter computes in its place (each caller
     computes at most once). ``timeout``: seconds the value lives in the cache; None: the
     cache's default timeout (as ``cache.set`` without one; not "forever"). ``using``: the
-    cache alias that keeps the value and its lock (None: REDIS_LOCK CACHE).
+    cache alias that keeps the value and its lock (None: REDIS_LOCK CACHE). ``template``: the
+    key's template (``"dashboard:{team_id}"``), the ``lock`` label of its metrics (None:
+    REDIS_LOCK METRICS_OTHER), as ``lock()``'s.
     """
-    fill = Fill(key, compute, timeout, using)
+    fill = Fill(key, compute, timeout, using, template)
     if inspect.iscoroutinefunction(compute):
         raise TypeError("compute is an async function: use `await acache_once(...)`.")
     result: T = run(fill)
@@ -39,12 +46,17 @@ def cache_once(
 
 
 async def acache_once(
-    key: str, compute: Callable[[], Any], timeout: float | None = None, *, using: str | None = None
+    key: str,
+    compute: Callable[[], Any],
+    timeout: float | None = None,
+    *,
+    using: str | None = None,
+    template: str | None = None,
 ) -> Any:
     """:func:`cache_once` for async code: ``compute`` may be an async function (awaited) or a
     sync one (run in a thread, as ``sync_to_async`` does: it may use the ORM). Waiting never
     blocks the event loop; a cancelled caller leaves no hold behind."""
-    return await arun(Fill(key, compute, timeout, using))
+    return await arun(Fill(key, compute, timeout, using, template))
 
 
 __all__ = ["acache_once", "cache_once", "cached_once"]

@@ -39,7 +39,7 @@ from django_redis_lock.cached.later import (
 from django_redis_lock.conf import lock_settings
 from django_redis_lock.core.shared import SharedLock
 from django_redis_lock.scripts.stats import AVOIDED
-from django_redis_lock.validation import validate_name, validate_using
+from django_redis_lock.validation import validate_name, validate_template, validate_using
 
 #: The prefix of the read/write lock that guards the fill of a key.
 LOCK_PREFIX = "cache_once:"
@@ -103,14 +103,18 @@ class Fill:
         self.timeout = validate_cache_timeout(timeout)
         self.alias = cache_alias(using)
         self.cache: BaseCache = caches[self.alias]
-        self.template = template or key
+        #: The key's template: the ``lock`` label of the metrics (None: METRICS_OTHER).
+        self.template = validate_template(template)
         self.outcome: str | None = None
 
     def lock(self, kind: str) -> SharedLock:
         """A holder of the key's read/write lock: ``"r"`` a reader (a short lease: it reads
         the cache once), ``"w"`` the writer (REDIS_LOCK TIMEOUT, renewed while it computes)."""
         lease = READ_LEASE if kind == "r" else None
-        return SharedLock(self.lock_name, kind, using=self.alias, label=LABEL, timeout=lease)
+        template = None if self.template is None else LOCK_PREFIX + self.template
+        return SharedLock(
+            self.lock_name, kind, using=self.alias, label=LABEL, timeout=lease, template=template
+        )
 
     def done(self, outcome: str, value: Any) -> Any:
         self.outcome = outcome

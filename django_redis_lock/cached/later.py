@@ -1,9 +1,9 @@
 """Giving back a waiter's read hold off its caller's path.
 
 A waiter that found the value returns it at once; its read hold is released right after by one
-daemon thread of the process (for async code too), in the order they came. Nobody
-waits for a read hold (a writer only comes when the value is missing), so the key is free a
-round trip later all the same. If the process ends first, the hold's short lease
+daemon thread of the process (for async code too), in the order they came. Only a writer
+waits for a read hold, and a writer comes only once the value is missing again: it then waits
+a round trip more at most. If the process ends first, the hold's short lease
 (:data:`READ_LEASE`) ends it; an ``atexit`` hook gives back those still queued.
 """
 

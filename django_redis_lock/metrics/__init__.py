@@ -242,11 +242,10 @@ def rate(label: str, admitted: bool) -> None:
         _safely(observer.rate, label, admitted)
 
 
-def cache_once(key: str, outcome: str) -> None:
-    """A call of ``cache_once`` with ``key`` (its template, for ``@cached_once``) ended with
-    ``outcome``: "hit", "computed" or "avoided". Its ``lock`` label is the key's, within
-    METRICS_MAX_LABELS (see :func:`label_for`)."""
-    _labelled("cache_once", key, outcome)
+def cache_once(template: str | None, outcome: str) -> None:
+    """A call of ``cache_once`` with a key of ``template`` (None: METRICS_OTHER's) ended with
+    ``outcome``: "hit", "computed" or "avoided". The ``lock`` label: see :func:`label_for`."""
+    _labelled("cache_once", template, outcome)
 
 
 def renewal(outcome: str) -> None:
@@ -261,7 +260,7 @@ def unavailable(alias: str) -> None:
         _safely(observer.unavailable, alias)
 
 
-def _labelled(report: str, name: str, *args: Any) -> None:
+def _labelled(report: str, name: str | None, *args: Any) -> None:
     """Each observer's ``report`` of the lock ``name`` (its label, see :func:`label_for`)."""
     observed = observers()
     if not observed:

@@ -4,7 +4,12 @@ from myapp.work import build_dashboard, compute_sales
 
 def dashboard(team_id):
     # On a miss one caller builds it; those that miss meanwhile wait and read its value.
-    return cache_once(f"dashboard:{team_id}", lambda: build_dashboard(team_id), timeout=300)
+    return cache_once(
+        f"dashboard:{team_id}",
+        lambda: build_dashboard(team_id),
+        timeout=300,
+        template="dashboard:{team_id}",  # the label of its metrics
+    )
 
 
 async def adashboard(team_id):

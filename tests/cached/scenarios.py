@@ -16,15 +16,15 @@ def queued(key: str, alias: str = "default") -> int:
     return int(backend.client.zcard(backend.shared_keys_for(f"cache_once:{key}", "r").queue))
 
 
-def held_fills() -> list[str]:
-    """The names of the ``cache_once`` locks anyone holds."""
-    return [info.name for info in get_lock_manager().list("cache_once:*")]
+def held_fills(alias: str = "default") -> list[str]:
+    """The names of the ``cache_once`` locks anyone holds on cache ``alias``."""
+    return [info.name for info in get_lock_manager(alias).list("cache_once:*")]
 
 
-def settled() -> None:
+def settled(alias: str = "default") -> None:
     """Return once no ``cache_once`` lock is held (a waiter's read hold is given back just
     after it returned, by its process's releasing thread): fails if one stays held."""
-    wait_until(lambda: held_fills() == [])
+    wait_until(lambda: held_fills(alias) == [])
 
 
 def stats_of(key: str, alias: str = "default") -> LockStats:
@@ -51,16 +51,22 @@ class Gated:
         return self.value
 
 
-def stampede(key: str, waiters: int, value: Any = "v", using: str = "default") -> list[Any]:
+def stampede(
+    key: str, waiters: int, value: Any = "v", using: str = "default", template: str | None = None
+) -> list[Any]:
     """One caller of ``cache_once(key)`` computes (gated) while ``waiters`` others wait in the
     queue; then the gate opens. Every caller's result, once no hold is left."""
     computation = Gated(value)
-    first = start(lambda: cache_once(key, computation, 30, using=using))
+
+    def call() -> Any:
+        return cache_once(key, computation, 30, using=using, template=template)
+
+    first = start(call)
     assert computation.started.wait(10)
-    others = [start(lambda: cache_once(key, computation, 30, using=using)) for _ in range(waiters)]
+    others = [start(call) for _ in range(waiters)]
     wait_until(lambda: queued(key, using) == waiters)
     computation.go.set()
     results = [future.result(10) for future in [first, *others]]
     assert computation.calls == 1
-    settled()  # the waiters' holds given back, and so counted
+    settled(using)  # the waiters' holds given back, and so counted
     return results

@@ -151,8 +151,8 @@ def test_rate_limit_calls_are_counted_by_outcome(telemetry: Telemetry) -> None:
 
 
 def test_cache_once_calls_are_counted_by_outcome(telemetry: Telemetry) -> None:
-    assert stampede("otel-fill", 1) == ["v"] * 2
-    assert cache_once("otel-fill", lambda: "unused") == "v"
+    assert stampede("otel-fill", 1, template="otel-fill") == ["v"] * 2
+    assert cache_once("otel-fill", lambda: "unused", template="otel-fill") == "v"
     counted = {
         dict(point.attributes)["lock.cache_once.outcome"]: point.value
         for point in telemetry.points("lock.cache_once.calls")

@@ -437,11 +437,18 @@ def test_rate_limit_calls_are_counted_admitted_and_limited_by_template(registry:
 
 
 def test_cache_once_calls_are_counted_by_key_and_outcome(registry: Any) -> None:
-    assert stampede("prom-fill", 2) == ["v"] * 3
-    assert cache_once("prom-fill", lambda: "unused") == "v"
-    counted = {
-        outcome: value(registry, "django_redis_lock_cache_once_total", lock="prom-fill",
-                       outcome=outcome)
-        for outcome in ("hit", "computed", "avoided")
-    }  # fmt: skip
-    assert counted == {"hit": 1, "computed": 1, "avoided": 2}
+    assert stampede("prom-fill:1", 2, template="prom-fill:{pk}") == ["v"] * 3
+    assert cache_once("prom-fill:1", lambda: "unused", template="prom-fill:{pk}") == "v"
+    assert cache_once("prom-fill:1", lambda: "unused") == "v"  # no template: "other"
+
+    def counted(label: str) -> dict[str, float]:
+        return {
+            outcome: value(registry, "django_redis_lock_cache_once_total", lock=label,
+                           outcome=outcome)
+            for outcome in ("hit", "computed", "avoided")
+        }  # fmt: skip
+
+    assert counted("prom-fill:{pk}") == {"hit": 1, "computed": 1, "avoided": 2}
+    assert counted("other") == {"hit": 1, "computed": 0, "avoided": 0}
+    # The lock's own metrics are labelled by the template too.
+    assert acquires(registry, "cache_once:prom-fill:{pk}", "acquired") == 3
