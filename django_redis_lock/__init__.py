@@ -4,6 +4,7 @@ The public names, re-exported; nothing else. ``django_redis_lock.signals``,
 ``django_redis_lock.exceptions`` and ``django_redis_lock.display`` are public modules too.
 """
 
+from django_redis_lock.cached import acache_once, cache_once, cached_once
 from django_redis_lock.core.current import current_lock
 from django_redis_lock.core.lock import Lock
 from django_redis_lock.core.shared import ReadWriteLock, SharedLock, rwlock, semaphore
@@ -66,6 +67,9 @@ __all__ = [
     "Skipped",
     "StaleFencingToken",
     "Turn",
+    "acache_once",
+    "cache_once",
+    "cached_once",
     "current_lock",
     "fenced_update",
     "get_lock_manager",

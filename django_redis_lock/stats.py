@@ -27,6 +27,7 @@ from typing import Any
 
 from django_redis_lock.display import counted
 from django_redis_lock.scripts import BOUNDS_MS
+from django_redis_lock.scripts.stats import AVOIDED
 
 #: Holds recorded before a name gets a suggested timeout (and ``timeout="auto"`` uses it).
 MIN_SAMPLES = 20
@@ -56,6 +57,7 @@ SORT_KEYS = (
     "timeout",
     "admitted",
     "limited",
+    "avoided",
 )
 
 
@@ -155,6 +157,8 @@ class LockStats:
     #: Calls of the rate limit of this name it admitted, and limited (see ``rate_limit()``).
     admitted: int = 0
     limited: int = 0
+    #: Callers of ``cache_once`` (lock ``cache_once:<key>``) served another's value on a miss.
+    avoided: int = 0
 
     @cached_property
     def hold_p50(self) -> float | None:
@@ -231,6 +235,7 @@ class LockStats:
             "forced": self.forced,
             "admitted": self.admitted,
             "limited": self.limited,
+            "avoided": self.avoided,
             "hold_p50": self.hold_p50,
             "hold_p99": self.hold_p99,
             "hold_max": self.hold_max,
@@ -262,8 +267,8 @@ def parse(name: str, flat: Sequence[Any]) -> LockStats | None:
     }
     get = fields.get
     acquisitions, busy, lost, forced = (_counter(get(key)) for key in "nblf")
-    admitted, limited = _counter(get("ra")), _counter(get("rl"))
-    if not (acquisitions or busy or lost or forced or admitted or limited):
+    admitted, limited, avoided = _counter(get("ra")), _counter(get("rl")), _counter(get(AVOIDED))
+    if not (acquisitions or busy or lost or forced or admitted or limited or avoided):
         return None
     holds = tuple(_counter(get(key)) for key in _HOLD_FIELDS)
     # Waits under a millisecond are not written: the holds recorded less the other waits.
@@ -283,6 +288,7 @@ def parse(name: str, flat: Sequence[Any]) -> LockStats | None:
         forced=forced,
         admitted=admitted,
         limited=limited,
+        avoided=avoided,
     )
 
 

@@ -32,7 +32,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"runtime"}),
     frozenset({"core", "rate", "many"}),
     frozenset({"ops"}),
-    frozenset({"locked", "unique", "fencing", "leader"}),
+    frozenset({"locked", "unique", "fencing", "leader", "cached"}),
     frozenset({"admin", "management", "checks", "apps", "models", "migrations", "__init__"}),
     frozenset({"testing"}),
 )

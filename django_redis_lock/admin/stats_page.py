@@ -101,6 +101,7 @@ class StatsPage:
             flagged=found.flagged,
             contention=charts.contention(found.contended, shown),
             rates=any(stats.admitted or stats.limited for stats in found.rows),
+            avoided=any(stats.avoided for stats in found.rows),
             limit=STATS_ROWS_LIMIT,
         )
         return render(request, "stats", context)

@@ -125,6 +125,11 @@ class LockFlows:
         limit, see core/shared.py); a lock's takes nothing more."""
         return ()
 
+    def _release_extra(self) -> tuple[Any, ...]:
+        """What the release script takes after a lock's arguments (a shared hold's counter
+        of its statistics, see core/shared.py); a lock's takes nothing more."""
+        return ()
+
     def _leaving(self, secret: str, *, now: bool) -> Flow[None]:
         """Free what an attempt of ``secret`` may have got, or take it out of the queue: at
         once when Redis is fine (``now``), else through the watchdog once Redis answers."""
@@ -223,6 +228,7 @@ class LockFlows:
             lock_settings.stats,
             self._waited_ms,
             self._timeout_ms,
+            *self._release_extra(),
         ]
         try:
             # 3: a retry of this release

@@ -29,6 +29,9 @@ class SharedLock(Lock):
     kind: str
     #: The most holders at once (a semaphore's; a read/write lock has no limit but its own).
     limit: int | None
+    #: A counter of the name's statistics (such as ``scripts.stats.AVOIDED``) that this hold's
+    #: release adds one to, in its own script (no round trip more); None: none.
+    tally: str | None = None
 
     def __init__(self, name: str, kind: str, limit: int | None = None, **options: Any) -> None:
         super().__init__(name, **options)
@@ -37,6 +40,9 @@ class SharedLock(Lock):
 
     def _acquire_extra(self) -> tuple[Any, ...]:
         return (self.kind, self.limit or 1)
+
+    def _release_extra(self) -> tuple[Any, ...]:
+        return (self.tally,) if self.tally else ()
 
     def __repr__(self) -> str:
         what = {"s": f"semaphore (limit {self.limit})", "r": "read lock", "w": "write lock"}

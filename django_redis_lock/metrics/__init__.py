@@ -44,6 +44,7 @@ __all__ = [
     "HoldRecord",
     "Observer",
     "began",
+    "cache_once",
     "ended",
     "label_for",
     "leading",
@@ -224,12 +225,7 @@ def ended(lock: Any, record: HoldRecord, cause: str | None = None) -> None:
 def leading(name: str, leads: bool) -> None:
     """This process took (``leads``) or gave up the leadership ``name`` (its ``lock`` label,
     within METRICS_MAX_LABELS as a template's)."""
-    observed = observers()
-    if not observed:
-        return
-    label = label_for(name)
-    for observer in observed:
-        _safely(observer.leading, label, leads)
+    _labelled("leading", name, leads)
 
 
 def unique(task: str, outcome: str) -> None:
@@ -246,6 +242,12 @@ def rate(label: str, admitted: bool) -> None:
         _safely(observer.rate, label, admitted)
 
 
+def cache_once(template: str | None, outcome: str) -> None:
+    """A call of ``cache_once`` with a key of ``template`` (None: METRICS_OTHER's) ended with
+    ``outcome``: "hit", "computed" or "avoided". The ``lock`` label: see :func:`label_for`."""
+    _labelled("cache_once", template, outcome)
+
+
 def renewal(outcome: str) -> None:
     """A renewal by the watchdog: "renewed" or "failed"."""
     for observer in observers():
@@ -256,6 +258,16 @@ def unavailable(alias: str) -> None:
     """A call to the Redis of cache ``alias`` failed."""
     for observer in observers():
         _safely(observer.unavailable, alias)
+
+
+def _labelled(report: str, name: str | None, *args: Any) -> None:
+    """Each observer's ``report`` of the lock ``name`` (its label, see :func:`label_for`)."""
+    observed = observers()
+    if not observed:
+        return
+    label = label_for(name)
+    for observer in observed:
+        _safely(getattr(observer, report), label, *args)
 
 
 def _failed() -> None:

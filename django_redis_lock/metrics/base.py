@@ -49,6 +49,10 @@ class Observer:
     def rate(self, label: str, admitted: bool) -> None:
         """A call of the rate limit labelled ``label`` was admitted, or limited."""
 
+    def cache_once(self, label: str, outcome: str) -> None:
+        """A call of ``cache_once`` with the key labelled ``label``: "hit", "computed" or
+        "avoided" (served the value another caller computed)."""
+
     def unavailable(self, alias: str) -> None:
         """A call could not reach the Redis of cache ``alias``, or it answered an error."""
 

@@ -47,6 +47,17 @@ class OpenTelemetryObserver(Observer):
             description="Calls of rate limits, by outcome: admitted (at once or at their turn) "
             "or limited.",
         )
+        self.cache_once_calls = meter.create_counter(
+            "lock.cache_once.calls",
+            unit="{call}",
+            description="Calls of cache_once, by outcome: hit, computed, or avoided (a miss "
+            "served the value another call computed).",
+        )
+
+    def cache_once(self, label: str, outcome: str) -> None:
+        self.cache_once_calls.add(
+            1, {"lock.name.template": label, "lock.cache_once.outcome": outcome}
+        )
 
     def rate(self, label: str, admitted: bool) -> None:
         outcome = "admitted" if admitted else "limited"

@@ -83,6 +83,12 @@ class PrometheusObserver(Observer):
             "and they could not wait their turn), by rate limit name template.", ["lock"],
             registry=registry,
         )  # fmt: skip
+        self.cache_once_calls = Counter(
+            "django_redis_lock_cache_once", "Calls of cache_once, by key (its template for "
+            "@cached_once) and outcome: hit (in the cache), computed (this call computed it), "
+            "avoided (a miss served the value another call computed: a stampede avoided).",
+            ["lock", "outcome"], registry=registry,
+        )  # fmt: skip
 
         # Each label's series, bound once: labels() costs more than the update itself.
         self._series: dict[str, _Series] = {}
@@ -133,6 +139,9 @@ class PrometheusObserver(Observer):
 
     def renewal(self, outcome: str) -> None:
         self.renewals.labels(outcome).inc()
+
+    def cache_once(self, label: str, outcome: str) -> None:
+        self.cache_once_calls.labels(label, outcome).inc()
 
     def unavailable(self, alias: str) -> None:
         self.unavailables.labels(alias).inc()

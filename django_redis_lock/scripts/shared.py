@@ -194,7 +194,9 @@ return {left, wait, elapsed}
 )
 
 # KEYS: holders, queue, waiters, stats
-# ARGV: as RELEASE (secret, tombstone ms, record, the acquire's wait ms, the timeout ms)
+# ARGV: as RELEASE (secret, tombstone ms, record, the acquire's wait ms, the timeout ms), then
+#       optionally a counter of the statistics to add one to (when recording): see
+#       ``SharedLock.tally``
 # Returns as RELEASE: 1 released, 2 released and a waiter served, 3 released by this secret
 # already, 0 not held by it (counted as lost, or as forced).
 SHARED_RELEASE = (
@@ -213,6 +215,7 @@ if not mine then
   return 0
 end
 record_release(mine.a, now)
+if ARGV[3] == '1' and ARGV[6] then pcall(count, KEYS[4], ARGV[6]) end
 released = secret .. ',' .. released
 if #released > REMEMBERED * 40 then released = string.sub(released, 1, REMEMBERED * 40) end
 redis.call('HDEL', key, secret)

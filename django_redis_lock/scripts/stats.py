@@ -15,6 +15,9 @@ STATS_TTL_MS = 7 * 24 * 3600 * 1000
 #: ...once it recorded a second hold; before, a day and an hour: long enough for a daily job to
 #: come back, short for the many names used once (one per URL or user, say).
 FIRST_STATS_TTL_MS = 25 * 3600 * 1000
+#: The field of a statistics hash that counts the callers of ``cache_once`` served the value
+#: another computed (stampedes avoided): their hold's release adds one (``SharedLock.tally``).
+AVOIDED = "ca"
 
 
 def counted_lua(stats: str, field: str, indent: str) -> str:

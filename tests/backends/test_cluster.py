@@ -37,6 +37,7 @@ from django_redis_lock.runtime import runtime
 from testproject.cluster import ClusterTopology
 from testproject.topology import call
 from tests.backends.conftest import cluster_caches
+from tests.cached.scenarios import stampede, stats_of
 from tests.helpers import (
     SyncDriver,
     doctor,
@@ -430,3 +431,9 @@ def test_rate_limits_on_every_primary(on_cluster: ClusterTopology, driver: Any) 
             assert client.exists(key), name
         ports.add(server.port)
     assert len(ports) == 3
+
+
+@pytest.mark.usefixtures("on_cluster")
+def test_cache_once_fills_once_on_the_cluster() -> None:
+    assert stampede("cluster:fill", 3) == ["v"] * 4
+    assert stats_of("cluster:fill").avoided == 3

@@ -26,6 +26,7 @@ from django.test.utils import override_settings
 from django_redis_lock import LockError, LockUnavailable, get_lock_manager, lock
 from django_redis_lock.runtime import runtime
 from testproject.topology import SentinelTopology
+from tests.cached.scenarios import stampede, stats_of
 from tests.docs.examples import SENTINELS, example_settings
 from tests.helpers import (
     SyncDriver,
@@ -401,3 +402,10 @@ def test_an_async_rate_limit_follows_the_failover_with_wait_replicas(
     turn, new = asyncio.run(scenario())
     assert (turn.admitted, topology.primary()) == (False, new)
     assert 30 < turn.retry_after <= 60
+
+
+@pytest.mark.usefixtures("on_sentinel")
+def test_cache_once_fills_once_with_wait_replicas(settings: Any) -> None:
+    settings.REDIS_LOCK = {**settings.REDIS_LOCK, "WAIT_REPLICAS": 2, "WAIT_TIMEOUT": 2}
+    assert stampede("sentinel:fill", 3) == ["v"] * 4
+    assert stats_of("sentinel:fill").avoided == 3

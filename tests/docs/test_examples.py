@@ -358,3 +358,18 @@ def test_several_names_at_once() -> None:
         ("amove_stock", (3, 1, 2)),
         ("move_stock", (2, 1, 4, fences)),
     ]
+
+
+def test_cache_once() -> None:
+    examples = example("cache_once")
+    assert examples.dashboard(3) == {"team": 3, "open_orders": 12}
+    assert examples.dashboard(3) == {"team": 3, "open_orders": 12}
+    assert asyncio.run(examples.adashboard(3)) == {"team": 3, "open_orders": 12}
+    assert asyncio.run(examples.adashboard(4)) == {"team": 4, "open_orders": 12}
+    assert examples.monthly_sales(2026, 11) == examples.monthly_sales(2026, 11) == 11000
+    assert calls() == [
+        ("build_dashboard", 3),
+        ("build_dashboard", 4),
+        ("compute_sales", (2026, 11)),
+    ]
+    assert caches["default"].get("sales:2026:11") == 11000

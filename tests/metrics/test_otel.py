@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 import redis
 
-from django_redis_lock import lock, rate_limit
+from django_redis_lock import cache_once, lock, rate_limit
+from tests.cached.scenarios import stampede
 from tests.helpers import builtin_cache_with, wait_until
 from tests.metrics.conftest import Telemetry, lock_settings
 
@@ -147,3 +148,14 @@ def test_rate_limit_calls_are_counted_by_outcome(telemetry: Telemetry) -> None:
         if dict(point.attributes)["lock.name.template"] == "otel-rate"
     }
     assert counted == {"admitted": 1, "limited": 2}
+
+
+def test_cache_once_calls_are_counted_by_outcome(telemetry: Telemetry) -> None:
+    assert stampede("otel-fill", 1, template="otel-fill") == ["v"] * 2
+    assert cache_once("otel-fill", lambda: "unused", template="otel-fill") == "v"
+    counted = {
+        dict(point.attributes)["lock.cache_once.outcome"]: point.value
+        for point in telemetry.points("lock.cache_once.calls")
+        if dict(point.attributes)["lock.name.template"] == "otel-fill"
+    }
+    assert counted == {"hit": 1, "computed": 1, "avoided": 1}

@@ -18,6 +18,7 @@ import pytest
 from django_redis_lock import (
     LockUnavailable,
     RateLimited,
+    cache_once,
     get_lock_manager,
     lock,
     locked,
@@ -27,6 +28,7 @@ from django_redis_lock import (
 from django_redis_lock.checks import check_settings
 from django_redis_lock.signals import lock_renewal_failed
 from django_redis_lock.testing import expire_now
+from tests.cached.scenarios import stampede
 from tests.helpers import builtin_cache_with, received, wait_until
 from tests.metrics.conftest import lock_settings
 
@@ -432,3 +434,21 @@ def test_rate_limit_calls_are_counted_admitted_and_limited_by_template(registry:
     assert limit.acquire(blocking=False)
     assert value(registry, "django_redis_lock_rate_admitted_total", lock="prom-rate") == 3
     assert value(registry, "django_redis_lock_rate_limited_total", lock="prom-rate") == 3
+
+
+def test_cache_once_calls_are_counted_by_key_and_outcome(registry: Any) -> None:
+    assert stampede("prom-fill:1", 2, template="prom-fill:{pk}") == ["v"] * 3
+    assert cache_once("prom-fill:1", lambda: "unused", template="prom-fill:{pk}") == "v"
+    assert cache_once("prom-fill:1", lambda: "unused") == "v"  # no template: "other"
+
+    def counted(label: str) -> dict[str, float]:
+        return {
+            outcome: value(registry, "django_redis_lock_cache_once_total", lock=label,
+                           outcome=outcome)
+            for outcome in ("hit", "computed", "avoided")
+        }  # fmt: skip
+
+    assert counted("prom-fill:{pk}") == {"hit": 1, "computed": 1, "avoided": 2}
+    assert counted("other") == {"hit": 1, "computed": 0, "avoided": 0}
+    # The lock's own metrics are labelled by the template too.
+    assert acquires(registry, "cache_once:prom-fill:{pk}", "acquired") == 3

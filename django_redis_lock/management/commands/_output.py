@@ -128,10 +128,13 @@ def seconds(value: float | None) -> str:
 
 #: The columns of ``locks stats`` when a name there counts rate limit calls.
 RATE_COLUMNS = ("ADMITTED", "LIMITED")
+#: The column of ``locks stats`` when a name there counts ``cache_once`` stampedes avoided.
+AVOIDED_COLUMNS = ("AVOIDED",)
 
 
-def stats_cells(stats: LockStats, rates: bool = False) -> tuple[str, ...]:
-    """A row of ``locks stats``; with ``rates``, the calls of the rate limit too."""
+def stats_cells(stats: LockStats, rates: bool = False, avoided: bool = False) -> tuple[str, ...]:
+    """A row of ``locks stats``; with ``rates``, the calls of the rate limit too; with
+    ``avoided``, the stampedes its ``cache_once`` avoided."""
     suggested = seconds(stats.suggested_timeout)
     cells = (
         stats.name,
@@ -147,6 +150,7 @@ def stats_cells(stats: LockStats, rates: bool = False) -> tuple[str, ...]:
         seconds(stats.timeout),
         f"{suggested} !" if stats.warnings else suggested,
         *((str(stats.admitted), str(stats.limited)) if rates else ()),
+        *((str(stats.avoided),) if avoided else ()),
     )
     return tuple(safe_text(cell) for cell in cells)
 

@@ -22,6 +22,7 @@ from django_redis_lock.exceptions import LockUnavailable
 from django_redis_lock.management.commands import _doctor as doctor
 from django_redis_lock.management.commands import _lead as lead_command
 from django_redis_lock.management.commands._output import (
+    AVOIDED_COLUMNS,
     COLUMNS,
     NARROWEST,
     RATE_COLUMNS,
@@ -315,8 +316,9 @@ class Command(BaseCommand):
             self.stdout.write("No statistics recorded for these locks.")
             return
         rates = any(stats.admitted or stats.limited for stats in found)
-        heads = (*STATS_COLUMNS, *(RATE_COLUMNS if rates else ()))
-        rows = [stats_cells(stats, rates) for stats in found]
+        avoided = any(stats.avoided for stats in found)
+        heads = (*STATS_COLUMNS, *RATE_COLUMNS[: 2 * rates], *AVOIDED_COLUMNS[:avoided])
+        rows = [stats_cells(stats, rates, avoided) for stats in found]
         sized = widths(heads, rows, self._table_width())
         self.stdout.write(self.style.MIGRATE_HEADING(line(heads, sized)))
         for row in rows:

@@ -68,3 +68,13 @@ def move_stock(source: int, target: int, quantity: int, fences: dict[str, int]) 
 
 async def amove_stock(source: int, target: int, quantity: int) -> None:
     record("amove_stock", (source, target, quantity))
+
+
+def build_dashboard(team_id: int) -> dict[str, int]:
+    record("build_dashboard", team_id)
+    return {"team": team_id, "open_orders": 12}
+
+
+def compute_sales(year: int, month: int) -> int:
+    record("compute_sales", (year, month))
+    return 1000 * month
