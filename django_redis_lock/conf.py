@@ -37,6 +37,7 @@ DEFAULTS: dict[str, Any] = {
     "METRICS_OTHER": "other",
     "METRICS_MAX_LABELS": 1000,
     "CLUSTER_WAKE_UPS": "auto",
+    "HASH_TAGS": False,
 }
 
 
@@ -216,6 +217,14 @@ class LockSettings:
     #: Another value is an error of the system check (``E018``); ``"auto"`` applies.
     #: Only cluster caches read it; ``manage.py locks doctor`` says which way a cache wakes.
     CLUSTER_WAKE_UPS = _Setting[str]()
+    #: ``bool``. Whether a lock name's own Redis hash tag (the text between its first ``{``
+    #: and the next ``}``) places its keys: names with one tag (``"order:{42}:stock"``,
+    #: ``"order:{42}:invoice"``) then share a Redis Cluster slot, and ``lock_many`` takes them
+    #: in one script. ``False`` (the default): each name's keys have a slot of their own.
+    #: Turning it on moves the keys of names with braces: change it with every process of
+    #: the project stopped, as ``KEY_NAMESPACE``. Another value is an error of the system
+    #: check (``E006``).
+    HASH_TAGS = _Setting[bool]()
 
     @property
     def tombstone_ms(self) -> int:
@@ -260,6 +269,16 @@ class LockSettings:
         if self._stats is None:
             self._stats = "1" if validate_flag(self.STATS, "REDIS_LOCK['STATS']") else ""
         return self._stats
+
+    @property
+    def hash_tags(self) -> bool:
+        """HASH_TAGS; a value that is not True or False is an error of the system check
+        (E006), and here False, with an error logged: the keys stay where they were."""
+        try:
+            return validate_flag(self.HASH_TAGS, "REDIS_LOCK['HASH_TAGS']")
+        except TypeError as exc:
+            logger.error("%s Lock names' hash tags are not used.", exc)
+            return False
 
     @property
     def metrics(self) -> bool:

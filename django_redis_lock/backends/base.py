@@ -135,9 +135,15 @@ class Backend(Protocol):
     sentinel: bool
     #: Whether waiters queue on the server, first come first served (a quorum's retry instead).
     queues: bool
-    #: Whether one script may use the keys of several locks (one server: ``lock_many`` takes
-    #: its names in one round trip; a cluster or a quorum takes them one by one).
-    one_server: bool
+    #: Whether lock names with a Redis hash tag (``{...}``) put their keys in its slot
+    #: (REDIS_LOCK["HASH_TAGS"]): names with the same tag then share a cluster slot.
+    hash_tags: bool
+
+    def one_script(self, keys: Sequence[LockKeys]) -> bool:
+        """Whether one script may use the keys of all these locks: on one server; on a
+        cluster, when they share a slot (``lock_many`` then takes its names in one round trip,
+        else one by one)."""
+        ...
 
     @property
     def listable(self) -> bool:
@@ -245,9 +251,20 @@ def demoted(error: Exception) -> bool:
     return isinstance(error, errors.RESPONSE) and "-READONLY " in str(error)
 
 
-def tag(name: str) -> str:
-    """The Redis Cluster hash tag of the keys of lock ``name``."""
-    return hashlib.blake2b(name.encode(), digest_size=TAG_LENGTH // 2).hexdigest()
+def tag(name: str, hash_tags: bool = False) -> str:
+    """The Redis Cluster hash tag of the keys of lock ``name``: a hash of the whole name, or
+    with ``hash_tags`` of the name's own hash tag when it has one (:func:`hash_tag_of`)."""
+    tagged = hash_tag_of(name) if hash_tags else None
+    text = name if tagged is None else tagged
+    return hashlib.blake2b(text.encode(), digest_size=TAG_LENGTH // 2).hexdigest()
+
+
+def hash_tag_of(name: str) -> str | None:
+    """The hash tag Redis Cluster would read in ``name``: the text between its first ``{``
+    and the first ``}`` after it, when not empty; else None."""
+    opening = name.find("{")
+    closing = name.find("}", opening + 1) if opening >= 0 else -1
+    return name[opening + 1 : closing] if closing > opening + 1 else None
 
 
 def glob_escape(text: str) -> str:

@@ -66,9 +66,6 @@ _CLUSTER_PLUMBING = frozenset(
 class ClusterLockBackend(LockBackend):
     """A :class:`LockBackend` over a cluster client (valkey-py's ``ValkeyCluster``)."""
 
-    #: Each lock's keys have a slot of their own: a script uses one lock's keys only.
-    one_server = False
-
     def __init__(self, alias: str, cache: BaseCache, client: Client) -> None:
         super().__init__(alias, cache, client)
         if self.wait_replicas:
@@ -89,6 +86,11 @@ class ClusterLockBackend(LockBackend):
         self._slots: dict[tuple[str | bytes, ...], int] = {}
         # Whether every primary has SPUBLISH: asked at the first wait (None: not known yet).
         self._sharded: bool | None = None
+
+    def one_script(self, keys: Sequence[LockKeys]) -> bool:
+        """Whether the locks' keys share a slot: each lock's keys have a slot of their own,
+        shared only by names with one hash tag under REDIS_LOCK["HASH_TAGS"]."""
+        return len({int(self.client.keyslot(each.lock)) for each in keys}) == 1
 
     def run(self, script: ScriptName, keys: Sequence[str | bytes], args: Sequence[Any]) -> Any:
         """Run one of the lock's scripts on the primary of its keys' slot: through a lane of

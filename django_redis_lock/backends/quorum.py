@@ -90,8 +90,6 @@ class QuorumBackend(QuorumPlans):
 
     #: Waiters do not queue on the primaries: a release wakes them, and they try again.
     queues = False
-    #: Each step runs on every primary: a script uses one lock's keys only.
-    one_server = False
 
     def __init__(
         self,
@@ -109,6 +107,7 @@ class QuorumBackend(QuorumPlans):
         self.wait_replicas, self.wait_timeout_ms = 0, 0
         self.sentinel = False
         self.namespace = lock_settings.KEY_NAMESPACE
+        self.hash_tags = lock_settings.hash_tags
         self.keys_for = lru_cache(maxsize=4096)(self._keys_for)
         self._head = lru_cache(maxsize=4096)(self._evalsha)
         self._away = [0.0] * len(self.members)
@@ -155,6 +154,10 @@ class QuorumBackend(QuorumPlans):
     @property
     def listable(self) -> bool:
         return all(member.listable for member in self.members)
+
+    def one_script(self, keys: Sequence[LockKeys]) -> bool:
+        """Each step runs on every primary, with one lock's keys."""
+        return False
 
     def parts(self, keys: LockKeys, script: ScriptName) -> list[tuple[Backend, LockKeys, str]]:
         quorum_script = QUORUM_SCRIPTS.get(script, script)

@@ -58,14 +58,13 @@ class LockBackend(ListingReads):
 
     #: Waiters queue on the server, first come, first served.
     queues = True
-    #: One script may use the keys of several locks (they live on one server).
-    one_server = True
 
     def __init__(self, alias: str, cache: BaseCache, client: Client) -> None:
         self.alias = alias
         #: The cache's raw client (redis-py's or valkey-py's), writing to the primary.
         self.client = client
         self.namespace = lock_settings.KEY_NAMESPACE
+        self.hash_tags = lock_settings.hash_tags
         self._make_key = cache.make_key
         #: The lease a lock handed to a waiter starts with (REDIS_LOCK["HANDOVER_LEASE"]).
         self.handover_lease_ms = lock_settings.handover_lease_ms
@@ -107,13 +106,13 @@ class LockBackend(ListingReads):
     def _rate_keys_for(self, name: str) -> tuple[str, str]:
         """The keys of the rate limit ``name`` (cached: ``rate_keys_for``): its state (a letter
         of its own) and the statistics of the name, which count its calls."""
-        base = f"{self.namespace}:{{{tag(name)}}}:"
+        base = f"{self.namespace}:{{{tag(name, self.hash_tags)}}}:"
         return self.make_key(f"{base}g:{name}"), self.make_key(f"{base}s:{name}")
 
     def _named_keys(self, name: str, letters: str, family: str) -> LockKeys:
         """The keys of ``name`` with the letters of its lock, queue, waiters and statistics."""
         # The tag comes first, so braces in the name or the prefix cannot change the slot.
-        base = f"{self.namespace}:{{{tag(name)}}}:"
+        base = f"{self.namespace}:{{{tag(name, self.hash_tags)}}}:"
         lock, queue, waiters, stats = (self.make_key(f"{base}{each}:{name}") for each in letters)
         return LockKeys(lock, queue, waiters, stats, family=family)
 
@@ -156,7 +155,7 @@ class LockBackend(ListingReads):
         before, after = self._frame
         name = key[len(before) + TAG_FRAME : len(key) - len(after)]
         tag_at = len(before) + 1  # ``before`` ends with "<namespace>:"; then "{<tag>}:l:"
-        return name if key[tag_at : tag_at + TAG_LENGTH] == tag(name) else None
+        return name if key[tag_at : tag_at + TAG_LENGTH] == tag(name, self.hash_tags) else None
 
     def kind_of_key(self, key: str) -> str:
         """The letter of a key found by :meth:`scan_pattern`: "l" a lock's, "m" the holders
@@ -176,6 +175,10 @@ class LockBackend(ListingReads):
         """Where a call of ``script`` on ``keys`` goes, as (backend, keys, script): here (a
         quorum: to each of its primaries, with its own keys and script)."""
         return [(self, keys, script)]
+
+    def one_script(self, keys: Sequence[LockKeys]) -> bool:
+        """One server: one script may use the keys of any locks."""
+        return True
 
     def listens_on(self) -> Sequence[Backend]:
         """Its grants arrive on its own channel."""

@@ -34,7 +34,8 @@ CHECKS: dict[str, str] = {
     "E004": "The lock cache's client spreads keys over several servers (a sharding client).",
     "E005": "TIMEOUT or TOMBSTONE_TIMEOUT is not a number of seconds from a millisecond to a "
     'year (TIMEOUT may be "auto").',
-    "E006": "AUTO_RENEW, RUN_UNLOCKED_IF_UNAVAILABLE, STATS or METRICS is not True or False.",
+    "E006": "AUTO_RENEW, RUN_UNLOCKED_IF_UNAVAILABLE, STATS, METRICS or HASH_TAGS is not True "
+    "or False.",
     "E007": "KEY_NAMESPACE is empty, or holds braces or glob characters.",
     "E008": "BUSY_STATUS is not an HTTP error status (400-599).",
     "E009": "HANDOVER_LEASE is not from 0.1 to 3600 seconds.",
@@ -166,7 +167,7 @@ def _check_values(options: dict[str, Any]) -> list[CheckMessage]:
             )
         )
     # METRICS: checks/metrics.py, by the rule the locks read it with at run time.
-    for key in ("AUTO_RENEW", "RUN_UNLOCKED_IF_UNAVAILABLE", "STATS"):
+    for key in ("AUTO_RENEW", "RUN_UNLOCKED_IF_UNAVAILABLE", "STATS", "HASH_TAGS"):
         why = refusal(validate_flag, options[key], f"REDIS_LOCK[{key!r}]")
         if why:
             errors.append(Error(why, id="django_redis_lock.E006"))

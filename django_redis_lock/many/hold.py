@@ -54,7 +54,8 @@ def extend_all(
     """Extend every name's lease from the watchdog's thread (see :func:`extend_calls`)."""
     run = backend.run_acked if backend.wait_replicas else backend.run
     shortest = None
-    for script, keys, args in extend_calls(backend, all_keys, secrets, ms, mode):
+    one_script = backend.one_script(all_keys)
+    for script, keys, args in extend_calls(one_script, all_keys, secrets, ms, mode):
         left = int(run(script, keys, args))
         if not left:
             return 0
@@ -63,11 +64,16 @@ def extend_all(
 
 
 def extend_calls(
-    backend: Backend, all_keys: tuple[LockKeys, ...], secrets: tuple[str, ...], ms: int, mode: str
+    one_script: bool,
+    all_keys: tuple[LockKeys, ...],
+    secrets: tuple[str, ...],
+    ms: int,
+    mode: str,
 ) -> list[tuple[str, tuple[str, ...], list[Any]]]:
-    """The script calls that extend every name by ``ms`` (``mode`` as EXTEND's): one on one
-    server, else one per name; each answers the lease left in ms, 0 when its name is gone."""
-    if backend.one_server:
+    """The script calls that extend every name by ``ms`` (``mode`` as EXTEND's): one when
+    ``one_script`` (one server, one slot), else one per name; each answers the lease left in
+    ms, 0 when its name is gone."""
+    if one_script:
         return [("many_extend", tuple(k.lock for k in all_keys), [ms, mode, *secrets])]
     record = lock_settings.stats
     return [

@@ -100,7 +100,9 @@ class MultiLock(Holding):
         self._labels = tuple(held_with(self.label, name, self.names) for name in self.names)
         self._backend = runtime().for_locks(validate_using(using))
         self._keys: tuple[LockKeys, ...] = tuple(self._backend.keys_for(n) for n in self.names)
-        # The one-server scripts' keys, as tuples: the backend keeps them encoded.
+        #: Whether one script may take and release every name (one server, one cluster slot).
+        self._one_script = self._backend.one_script(self._keys)
+        # The one-script path's keys, as tuples: the backend keeps them encoded.
         self._acquire_keys = tuple(key for k in self._keys for key in (k.lock, k.queue))
         self._release_keys = tuple(key for k in self._keys for key in (k.lock, k.queue, k.waiters))
         self._secrets: tuple[str, ...] = ()
@@ -175,7 +177,7 @@ class MultiLock(Holding):
         deadline = None if limit is None else time.monotonic() + limit
         secrets = self._new_secrets()
         try:
-            if self._backend.one_server:
+            if self._one_script:
                 tokens = yield from self._in_one_script(secrets, owner)
                 if tokens is not None:
                     return self._took(secrets, [Acquired(t, handed_over=False) for t in tokens])
@@ -338,7 +340,7 @@ class MultiLock(Holding):
 
     def _release_calls(self, secrets: tuple[str, ...]) -> Flow[list[int]]:
         """RELEASE's answer for each name: in one script on one server, else name by name."""
-        if self._backend.one_server:
+        if self._one_script:
             args = [lock_settings.tombstone_ms, *secrets]
             codes = yield Call("many_release", self._release_keys, args)
             return [int(code) for code in codes]
@@ -355,7 +357,9 @@ class MultiLock(Holding):
         if self.lost:
             raise LockNotOwned(f"The locks {self.name!r} were lost; they cannot be extended.")
         sent, shortest = time.monotonic(), None
-        for script, keys, args in extend_calls(self._backend, self._keys, self._secrets, ms, mode):
+        for script, keys, args in extend_calls(
+            self._one_script, self._keys, self._secrets, ms, mode
+        ):
             left = int((yield Call(script, keys, args, acked=True)))
             if not left:
                 self._lose()

@@ -74,7 +74,8 @@ def test_opposite_orders_never_deadlock_nor_overlap() -> None:
 
 @pytest.mark.usefixtures("topology")
 def test_the_watchdog_renews_and_extend_lengthens_every_name() -> None:
-    assert not runtime().for_locks(None).one_server
+    backend = runtime().for_locks(None)
+    assert not backend.one_script([backend.keys_for("t1"), backend.keys_for("t2")])
     many = lock_many(["t1", "t2"], timeout=0.4)
     assert many.acquire()
     time.sleep(1.2)  # three leases: only renewals keep them

@@ -88,7 +88,9 @@ def test_e005_bad_durations(key: str, value: object) -> None:
     assert _ids(REDIS_LOCK={key: value}) == ["django_redis_lock.E005"]
 
 
-@pytest.mark.parametrize("key", ["AUTO_RENEW", "RUN_UNLOCKED_IF_UNAVAILABLE", "METRICS"])
+@pytest.mark.parametrize(
+    "key", ["AUTO_RENEW", "RUN_UNLOCKED_IF_UNAVAILABLE", "METRICS", "HASH_TAGS"]
+)
 def test_e006_flag_not_bool(key: str) -> None:
     assert _ids(REDIS_LOCK={key: "yes"}) == ["django_redis_lock.E006"]
 
