@@ -167,10 +167,11 @@ def driver(request: pytest.FixtureRequest) -> Iterator[SyncDriver]:
 @pytest.fixture(autouse=True)
 def _forget_declared_semaphores() -> Iterator[None]:
     """@locked(limit=...) and @locked(rate=...) record each semaphore and rate limit they
-    decorate for the system checks (E013, E017): a test's own are forgotten after it, so that
-    other tests' checks do not see them."""
+    decorate for the system checks (E013, E017), @cached_once its alias (E019): a test's own
+    are forgotten after it, so that other tests' checks do not see them."""
+    from django_redis_lock.cached.decorator import DECLARED
     from django_redis_lock.locked import RATE_LIMITS, SEMAPHORES
 
-    declared, rates = list(SEMAPHORES), list(RATE_LIMITS)
+    declared, rates, fills = list(SEMAPHORES), list(RATE_LIMITS), list(DECLARED)
     yield
-    SEMAPHORES[:], RATE_LIMITS[:] = declared, rates
+    SEMAPHORES[:], RATE_LIMITS[:], DECLARED[:] = declared, rates, fills

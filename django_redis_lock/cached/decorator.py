@@ -15,6 +15,10 @@ from django_redis_lock.locked.naming import NameSpec, Naming
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+#: The ``using`` of every function decorated, for the system check E019 (None: the settings'
+#: cache, which must not be a quorum).
+DECLARED: list[str | None] = []
+
 
 def cached_once(
     key_template: NameSpec, timeout: float | None = None, using: str | None = None
@@ -28,6 +32,7 @@ def cached_once(
     validate_cache_timeout(timeout)
     if using is not None:  # refused now rather than at the first call; the settings' at a call
         cache_alias(using)
+    DECLARED.append(using)
 
     def decorate(func: F) -> F:
         where = getattr(func, "__qualname__", repr(func))

@@ -54,6 +54,8 @@ CHECKS: dict[str, str] = {
     "E017": "@locked(rate=...) rate limits on REDIS_LOCK['CACHE'] when it is a quorum, which "
     "cannot hold rate limits.",
     "E018": 'CLUSTER_WAKE_UPS is not "auto" or "classic".',
+    "E019": "@cached_once functions fill the value on REDIS_LOCK['CACHE'] when it is a quorum, "
+    "where a value cannot be cached once.",
     "W001": "REDIS_LOCK has a key this app does not know (a misspelling?).",
     "W002": "The lock cache's KEY_FUNCTION hides key text: held locks cannot be listed.",
     "W003": "The lock cache sets no socket timeout.",
@@ -108,8 +110,9 @@ def check_settings(**kwargs: Any) -> list[CheckMessage]:
 
 
 def _check_on_one_primary(options: dict[str, Any]) -> list[CheckMessage]:
-    """E013, E017: semaphores (@locked with a limit) or rate limits (@locked with a rate) on the
-    default cache, which is a quorum."""
+    """E013, E017, E019: semaphores (@locked with a limit), rate limits (@locked with a rate)
+    or @cached_once functions on the default cache, which is a quorum."""
+    from django_redis_lock.cached.decorator import DECLARED
     from django_redis_lock.locked import RATE_LIMITS, SEMAPHORES
 
     if not isinstance(options["CACHE"], (list, tuple)):
@@ -124,7 +127,7 @@ def _check_on_one_primary(options: dict[str, Any]) -> list[CheckMessage]:
         ),
         ("django_redis_lock.E017", RATE_LIMITS, 'rate="10/s"', "rate limit(s)", "rate limits"),
     )
-    return [
+    errors: list[CheckMessage] = [
         Error(
             f"{declared.count(None)} @locked({option.partition('=')[0]}=...) {what} use "
             f"REDIS_LOCK['CACHE'], a quorum: {kinds} cannot be quorum locks.",
@@ -134,6 +137,16 @@ def _check_on_one_primary(options: dict[str, Any]) -> list[CheckMessage]:
         for check, declared, option, what, kinds in found
         if None in declared
     ]
+    if None in DECLARED:
+        errors.append(
+            Error(
+                f"{DECLARED.count(None)} @cached_once function(s) use REDIS_LOCK['CACHE'], a "
+                "quorum: a value lives in one cache, and its fill cannot be a quorum lock.",
+                hint="Give them a cache alias of one primary: @cached_once(..., using=<alias>).",
+                id="django_redis_lock.E019",
+            )
+        )
+    return errors
 
 
 def _check_replication(options: dict[str, Any]) -> list[CheckMessage]:

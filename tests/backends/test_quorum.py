@@ -1065,3 +1065,17 @@ def test_rate_limits_are_refused_on_a_quorum(quorum: list[redis.Redis]) -> None:
         assert "admits more than the rate" in str(no.value)
     assert not any(client.keys("*") for client in quorum)
     rate_limit("x", "10/s", using=ALIASES[0])  # one of its primaries alone is a single server
+
+
+def test_a_cached_once_function_is_refused_on_a_quorum(quorum: list[redis.Redis]) -> None:
+    from django_redis_lock import cached_once
+    from django_redis_lock.cached.decorator import DECLARED
+
+    DECLARED.clear()  # those of other tests of this process
+    report = cached_once("report")(lambda: 42)  # on REDIS_LOCK["CACHE"]: the check says it
+    ids = [
+        m.id for m in run_checks(tags=["caches"]) if (m.id or "").startswith("django_redis_lock")
+    ]
+    assert ids == ["django_redis_lock.E019"]
+    with pytest.raises(ImproperlyConfigured):
+        report()
