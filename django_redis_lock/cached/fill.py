@@ -19,6 +19,7 @@ renewed while it computes, and a crashed writer's ends with its lease.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import math
 from collections.abc import Callable, Generator
@@ -110,10 +111,17 @@ class Fill:
     def lock(self, kind: str) -> SharedLock:
         """A holder of the key's read/write lock: ``"r"`` a reader (a short lease: it reads
         the cache once), ``"w"`` the writer (REDIS_LOCK TIMEOUT, renewed while it computes)."""
-        lease = READ_LEASE if kind == "r" else None
+        reading = kind == "r"
         template = None if self.template is None else LOCK_PREFIX + self.template
         return SharedLock(
-            self.lock_name, kind, using=self.alias, label=LABEL, timeout=lease, template=template
+            self.lock_name,
+            kind,
+            using=self.alias,
+            label=LABEL,
+            timeout=READ_LEASE if reading else None,
+            template=template,
+            # A reader's hold ends with its lease if the thread giving it back is held up.
+            auto_renew=False if reading else None,
         )
 
     def done(self, outcome: str, value: Any) -> Any:
@@ -260,7 +268,13 @@ class _Driven:
 
 
 def run(fill: Fill) -> Any:
-    """Drive the flow of ``fill`` with blocking calls."""
+    """Drive the flow of ``fill`` with blocking calls; RuntimeError in a running event loop,
+    which it would block whenever another caller computes (always, not only then)."""
+    if asyncio._get_running_loop() is not None:  # noqa: SLF001  asyncio's one way to ask for a running loop without raising
+        raise RuntimeError(
+            f"cache_once({fill.key!r}) would block the running event loop while another caller "
+            "computes: use `await acache_once(...)`, or an async function with @cached_once."
+        )
     driven = _Driven(filling(fill))
     while driven.going:
         driven.run_step(fill)

@@ -41,8 +41,10 @@ from django_redis_lock.many.hold import ManyHold, extend_calls
 from django_redis_lock.runtime import runtime
 from django_redis_lock.runtime.holds import Settle
 from django_redis_lock.validation import (
+    MAX_LABEL_LENGTH,
     extend_options,
     holding_options,
+    shorten,
     validate_label,
     validate_names,
     validate_timeout,
@@ -54,10 +56,11 @@ logger = logging.getLogger("django_redis_lock")
 
 
 def held_with(label: str | None, name: str, names: Iterable[str]) -> str:
-    """The label a name of the set records: operators see the other names of its set."""
+    """The label a name of the set records: operators see the other names of its set (cut to
+    a label's longest, as a set of many long names would make it grow with their square)."""
     others = ", ".join(other for other in names if other != name)
     note = f"held with {others}" if others else "held alone"
-    return note if not label else f"{label} ({note})"
+    return shorten(note if not label else f"{label} ({note})", MAX_LABEL_LENGTH)
 
 
 class MultiLock(Holding):
@@ -181,9 +184,11 @@ class MultiLock(Holding):
                 tokens = yield from self._in_one_script(secrets, owner)
                 if tokens is not None:
                     return self._took(secrets, [Acquired(t, handed_over=False) for t in tokens])
-                if not wait:
+                if not wait or limit == 0:  # one try, as a lock's blocking_timeout=0
                     return False
             taken = yield from self._one_by_one(secrets, owner, wait, deadline)
+            if taken is not None and not (yield from self._renewed(secrets, taken)):
+                taken = None
         except BaseException as exc:  # give back what was taken: at once if Redis answers
             self._stop_renewing()
             answers = isinstance(exc, LateGrant) or not isinstance(exc, LockUnavailable)
@@ -244,6 +249,20 @@ class MultiLock(Holding):
             # The names taken are kept alive while the next ones are waited for.
             self._watch(self._held_secrets(secrets, taken), taken, repeat=True)
         return taken
+
+    def _renewed(self, secrets: tuple[str, ...], taken: list[Acquired]) -> Flow[bool]:
+        """Renew every name taken one by one to at least the lease from now (the first were
+        taken, or last renewed, earlier than the set's watchdog entry counts from); False,
+        with every name given back, when one was gone meanwhile."""
+        held = self._held_secrets(secrets, taken)
+        for script, keys, args in extend_calls(
+            self._one_script, self._keys, held, self._timeout_ms, "atleast"
+        ):
+            if not int((yield Call(script, keys, args, acked=True))):
+                self._stop_renewing()
+                yield from self._leaving(secrets, now=True)
+                return False
+        return True
 
     def _busy_at(self, index: int) -> Callable[[int, bool, int], None]:
         """What hears the busy answers for the name at ``index`` of the set."""

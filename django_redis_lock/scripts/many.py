@@ -35,7 +35,7 @@ for i = 1, n do
     return {0, i, held[1] and redis.call('PTTL', lock) or -1, elapsed}
   end
   last[i] = tonumber(held[2] or '') or 0  -- as in grant(): any text, or absurdly large
-  if last[i] >= 9e15 then last[i] = 0 end
+  if not (last[i] >= 0 and last[i] < 9e15) then last[i] = 0 end  -- NaN too
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])

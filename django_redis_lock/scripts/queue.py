@@ -34,7 +34,7 @@ _PRELUDE = (
 local function grant(lock, secret, ttl, owner, label, now, last, released)
   if last == nil then last = redis.call('HGET', lock, 't') end
   last = tonumber(last or '') or 0  -- a token someone else wrote may be any text
-  if last >= 9e15 then last = 0 end
+  if not (last >= 0 and last < 9e15) then last = 0 end  -- NaN too
   local token = math.max(last + 1, now)
   local at = string.format('%d', now)
   if released then
@@ -182,7 +182,7 @@ if not holder and (held[2] or redis.call('EXISTS', queue) == 0) then
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
   local last = tonumber(held[2] or '') or 0  -- as in grant(): any text, or absurdly large
-  if last >= 9e15 then last = 0 end
+  if not (last >= 0 and last < 9e15) then last = 0 end  -- NaN too
   local token = math.max(last + 1, now)
   redis.call('HSET', lock, 's', secret, 't', string.format('%d', token), 'o', ARGV[3],
              'l', ARGV[4])

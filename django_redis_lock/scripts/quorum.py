@@ -42,7 +42,7 @@ if not held[1] then
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
   local last = tonumber(held[2] or '') or 0  -- a token someone else wrote may be any text
-  if last >= 9e15 then last = 0 end
+  if not (last >= 0 and last < 9e15) then last = 0 end  -- NaN too
   local proposed = math.min(tonumber(ARGV[7]) or 0, now + {QUORUM_MAX_LEAD_US})
   local token = math.max(last + 1, now, proposed)
   redis.call('HSET', lock, 's', secret, 't', string.format('%d', token), 'o', ARGV[3],

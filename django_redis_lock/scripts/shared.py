@@ -90,7 +90,7 @@ end
 
 local function grant(key, secret, ttl, owner, label, kind, now)
   local last = tonumber(redis.call('HGET', key, '#t') or '') or 0
-  if last >= 9e15 then last = 0 end
+  if not (last >= 0 and last < 9e15) then last = 0 end  -- NaN too
   local token = math.max(last + 1, now)
   local now_ms = math.floor(now / 1000)
   redis.call('HSET', key, '#t', string.format('%d', token), secret, cjson.encode({

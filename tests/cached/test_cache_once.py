@@ -106,6 +106,19 @@ def test_an_async_compute_is_refused_by_the_sync_call() -> None:
         cache_once("k", compute)  # type: ignore[unused-coroutine]
 
 
+def test_the_sync_call_in_a_running_event_loop_is_refused_hit_or_miss() -> None:
+    """Refused always, not only when it would wait (under a stampede, in production)."""
+    caches["default"].set("in-loop", 1)
+
+    async def call(key: str) -> Any:
+        return cache_once(key, lambda: 2)
+
+    for key in ("in-loop", "in-loop-miss"):
+        with pytest.raises(RuntimeError, match="acache_once"):
+            asyncio.run(call(key))
+    assert caches["default"].get("in-loop-miss") is None
+
+
 def test_a_quorum_is_refused_clearly() -> None:
     with pytest.raises(ImproperlyConfigured, match="quorum"):
         cache_once("k", lambda: 1, using=["a", "b", "c"])  # type: ignore[arg-type]

@@ -14,6 +14,8 @@ from django.core.management import call_command
 from django_redis_lock import LockBusy, LockNotOwned, MultiLock, get_lock_manager, lock, lock_many
 from django_redis_lock.runtime import runtime
 from django_redis_lock.signals import lock_busy, lock_lost, lock_released
+from django_redis_lock.testing import pause_renewals
+from django_redis_lock.validation import MAX_LABEL_LENGTH
 from tests.helpers import (
     SyncDriver,
     counted_caches,
@@ -214,3 +216,42 @@ def test_lock_busy_is_sent_once_for_the_set() -> None:
         assert not lock_many(["u1", "u2"]).acquire(blocking_timeout=0.2)
     assert [each["name"] for each in busy] == ["u1, u2"]
     assert not lock("u1").locked()
+
+
+def test_a_busy_set_with_no_time_to_wait_takes_nothing(redis_client: redis.Redis) -> None:
+    """blocking_timeout=0 (@locked's default) is one try: the free names are not taken one by
+    one and given back (their tokens would move, a lock of theirs would meet them busy)."""
+    other = lock("z2")
+    assert other.acquire()
+    many = lock_many(["z1", "z2"])
+    assert not many.acquire(blocking_timeout=0)
+    assert redis_client.exists(lock("z1")._keys.lock) == 0  # never taken: no tombstone
+    assert many.busy_name == "z2"
+    other.release()
+
+
+def test_names_taken_one_by_one_start_with_a_whole_lease(redis_client: redis.Redis) -> None:
+    """The first name was taken before the set waited for the second: once the set has them
+    all, each has the set's whole lease again, as a lock's acquire gives it."""
+    busy = lock("w2", timeout=60)
+    assert busy.acquire()
+    many = lock_many(["w1", "w2"], timeout=3, auto_renew=False)
+    with pause_renewals():  # w1 is not renewed while the set waits: its lease runs down
+        waiting = start(lambda: many.acquire(blocking_timeout=10))
+        queue = lock("w2")._keys.queue
+        wait_until(lambda: redis_client.zcard(queue) == 1)
+        wait_until(lambda: redis_client.pttl(lock("w1")._keys.lock) < 1500, timeout=5)
+        busy.release()
+        assert waiting.result(10) is True
+    assert redis_client.pttl(lock("w1")._keys.lock) > 2500
+    assert redis_client.pttl(lock("w2")._keys.lock) > 2500  # not the hand-over's short lease
+    many.release()
+
+
+def test_a_set_of_many_long_names_records_labels_of_a_bounded_length() -> None:
+    names = [f"n{index:02d}-" + "x" * 200 for index in range(20)]
+    with lock_many(names, label="job"):
+        labels = {info.label for info in get_lock_manager().list("n*")}
+    assert labels
+    assert all(label is not None and len(label) <= MAX_LABEL_LENGTH for label in labels)
+    assert all(label is not None and label.startswith("job (held with n") for label in labels)
