@@ -1,13 +1,17 @@
-"""One watchdog entry for the names of a multi-name lock: renewed together, lost together."""
+"""The hold of a multi-name lock: one watchdog entry for its names (renewed together, lost
+together), the label each name records and the secrets of an attempt."""
 
 from __future__ import annotations
 
+import os
 import weakref
+from collections.abc import Iterable
 from typing import Any
 
 from django_redis_lock.backends.base import Backend, LockKeys
 from django_redis_lock.conf import lock_settings
 from django_redis_lock.runtime.holds import Hold, HoldOwner, Settle
+from django_redis_lock.validation import MAX_LABEL_LENGTH, shorten
 
 
 class ManyHold(Hold):
@@ -80,3 +84,17 @@ def extend_calls(
         (keys.script("extend"), (keys.lock, keys.stats), [secret, ms, mode, record])
         for keys, secret in zip(all_keys, secrets, strict=True)
     ]
+
+
+def held_with(label: str | None, name: str, names: Iterable[str]) -> str:
+    """The label a name of the set records: operators see the other names of its set (cut to
+    a label's longest, as a set of many long names would make it grow with their square)."""
+    others = ", ".join(other for other in names if other != name)
+    note = f"held with {others}" if others else "held alone"
+    return shorten(note if not label else f"{label} ({note})", MAX_LABEL_LENGTH)
+
+
+def new_secrets(count: int) -> tuple[str, ...]:
+    """128 random bits from the OS for each of ``count`` names, as hex (one read for them all)."""
+    raw = os.urandom(16 * count).hex()
+    return tuple(raw[at : at + 32] for at in range(0, len(raw), 32))

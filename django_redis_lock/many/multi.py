@@ -17,10 +17,9 @@ async driver take to Redis (``core/drivers.py``).
 from __future__ import annotations
 
 import logging
-import os
 import time
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 from django_redis_lock import signals
@@ -37,14 +36,12 @@ from django_redis_lock.exceptions import (
     LockNotOwned,
     LockUnavailable,
 )
-from django_redis_lock.many.hold import ManyHold, extend_calls
+from django_redis_lock.many.hold import ManyHold, extend_calls, held_with, new_secrets
 from django_redis_lock.runtime import runtime
 from django_redis_lock.runtime.holds import Settle
 from django_redis_lock.validation import (
-    MAX_LABEL_LENGTH,
     extend_options,
     holding_options,
-    shorten,
     validate_label,
     validate_names,
     validate_timeout,
@@ -53,14 +50,6 @@ from django_redis_lock.validation import (
 )
 
 logger = logging.getLogger("django_redis_lock")
-
-
-def held_with(label: str | None, name: str, names: Iterable[str]) -> str:
-    """The label a name of the set records: operators see the other names of its set (cut to
-    a label's longest, as a set of many long names would make it grow with their square)."""
-    others = ", ".join(other for other in names if other != name)
-    note = f"held with {others}" if others else "held alone"
-    return shorten(note if not label else f"{label} ({note})", MAX_LABEL_LENGTH)
 
 
 class MultiLock(Holding):
@@ -178,7 +167,7 @@ class MultiLock(Holding):
             self._forget()
         self.lost, self._busy_told = False, False
         deadline = None if limit is None else time.monotonic() + limit
-        secrets = self._new_secrets()
+        secrets = new_secrets(len(self.names))
         try:
             if self._one_script:
                 tokens = yield from self._in_one_script(secrets, owner)
@@ -197,11 +186,6 @@ class MultiLock(Holding):
         if taken is None:
             return False
         return self._took(secrets, taken)
-
-    def _new_secrets(self) -> tuple[str, ...]:
-        """128 random bits from the OS per name, as hex (one read for them all)."""
-        raw = os.urandom(16 * len(self.names)).hex()
-        return tuple(raw[at : at + 32] for at in range(0, len(raw), 32))
 
     def _in_one_script(self, secrets: tuple[str, ...], owner: str) -> Flow[list[int] | None]:
         """Every name at once (their tokens), or None with nothing taken."""
