@@ -334,6 +334,9 @@ SCENARIOS = [
         socket_timeout=None,
         allows=frozenset({"overlaps"}),
         max_recovery=1.5,
+        # A grant whose reply waited out the freeze comes after its lease: a second holder
+        # may have been granted meanwhile, as the promise says (seen in a CI run).
+        history=MAY_VIOLATE,
     ),
     Scenario(
         "redis-restart",
